@@ -1,0 +1,90 @@
+"""Command line: thin click commands, one module per command group (kas-plugin style).
+
+Every module in ``COMMAND_MODULES`` exposes ``command`` (a click command or group). ``main``
+is the only place that turns errors into exit codes: 2 user error, 1 check failed or bug,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from provisioner import __version__
+from provisioner.errors import ManifestError, UserError
+from provisioner.ui import stderr
+
+COMMAND_MODULES = (
+    "boards",
+    "check",
+    "inspect",
+    "fetch",
+    "render",
+    "build",
+    "litert",
+    "cache",
+    "station",
+    "console",
+    "fleet",
+    "sim",
+    "rehearse",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="provisioner")
+def cli() -> None:
+    """Put LLMs on Qualcomm Dragonwing boards: manifest -> image -> station -> fleet."""
+
+
+for _name in COMMAND_MODULES:
+    cli.add_command(importlib.import_module(f"provisioner.cli.{_name}").command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI and map failures to one line and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="provisioner", standalone_mode=False)
+        return 0
+    except ManifestError as err:
+        if err.problems:
+            stderr.print(f"error: {err.message.split(':')[0]}: {len(err.problems)} problem(s) in the manifest",
+                         markup=False)
+            for p in err.problems:
+                stderr.print(f"  {p}", markup=False)
+        else:
+            _one_line(err)
+        return err.exit_code
+    except UserError as err:
+        _one_line(err)
+        return err.exit_code
+    except click.exceptions.Abort:
+        stderr.print("interrupted")
+        return 130
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        return 130
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except click.exceptions.Exit as err:
+        return err.exit_code
+    except BrokenPipeError:
+        return 0
+    except Exception as err:  # a bug: say so on one line, traceback only on request
+        if os.environ.get("PROVISIONER_DEBUG"):
+            raise
+        stderr.print(f"internal error: {type(err).__name__}: {err} (rerun with PROVISIONER_DEBUG=1 for a "
+                     "traceback and report it)", markup=False)
+        return 1
+
+
+def _one_line(err: UserError) -> None:
+    stderr.print(f"error: {err}", markup=False)
+
+
+def run() -> None:
+    sys.exit(main())

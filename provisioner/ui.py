@@ -1,0 +1,57 @@
+"""Output for people (rich) and for machines (``--json``).
+
+Library code reports through a :class:`Reporter` rather than printing, so commands, the
+rehearsal and tests can reuse every stage and choose how to show it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+stdout = Console(highlight=False, soft_wrap=True)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Reporter:
+    """Where library code sends what it wants the user to see.
+
+    ``quiet`` reporters (used with ``--json`` and in tests) swallow human messages so that
+    stdout stays machine-readable.
+    """
+
+    def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
+        self.console = console or stderr
+        self.quiet = quiet
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message)
+
+    def step(self, name: str) -> None:
+        if not self.quiet:
+            self.console.print(f"[bold cyan]==>[/] {name}")
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/] {message}")
+
+
+def print_json(data: Any) -> None:
+    """Machine output: one JSON document on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    """A plain rich table; cells are converted with ``str``."""
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*("" if c is None else str(c) for c in row))
+    return t

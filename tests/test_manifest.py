@@ -1,0 +1,86 @@
+"""Manifest validation: every problem at once, with its location and a fix."""
+
+from pathlib import Path
+
+import pytest
+
+from provisioner.errors import ManifestError
+from provisioner.manifest import load_manifest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_examples_are_valid():
+    m = load_manifest(EXAMPLES / "gemma4-e2b-iq8275.yaml")
+    assert m.board.id == "iq-8275-evk" and m.qairt == ("2.44.0.260225",)
+    assert m.image.download_mode == 0 and m.image.memlock == "unlimited"
+    # floor derived from the catalog's ~32 tok/s, so a no-burst board (~16) fails
+    assert 16 < m.min_decode_tok_s(m.models[0]) < 32
+    n = load_manifest(EXAMPLES / "nemotron-nano-iq9075.yaml")
+    assert n.models[0].runtime == "genie"
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "m.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_reports_all_problems_with_locations(tmp_path):
+    p = _write(tmp_path, """
+manifest: 1
+release: r1
+board: iq-8275-evk
+qairt: ["2.44.0.260225"]
+modles: []
+models:
+  - name: gemma-4-e2b
+    kind: litertlm
+    path: g.litertlm
+    qairt: "2.45.0.260326"
+image:
+  download_mode: 3
+""")
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(p)
+    where = {pr.location for pr in exc.value.problems}
+    assert "modles" in where  # typo rejected
+    assert "models[0].qairt" in where  # model QAIRT vs manifest pin
+    assert "image.download_mode" in where
+    typo = next(pr for pr in exc.value.problems if pr.location == "modles")
+    assert "models" in typo.fix
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    p = _write(tmp_path, "release: r1\nboard: [iq-8275-evk\n")
+    with pytest.raises(ManifestError, match="line 3"):
+        load_manifest(p)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("", "empty"),
+    ("release: r1\nboard: rb5\nqairt: ['2.44.0.260225']\nmodels: [{name: a, kind: litertlm, path: a, "
+     "qairt: '2.44.0.260225'}]\n", "unknown board"),
+    ("release: r1\nboard: iq-8275-evk\nqairt: ['2.44']\nmodels: [{name: a, kind: litertlm, path: a, "
+     "qairt: '2.44'}]\n", "full QAIRT build id"),
+])
+def test_bad_input_one_line(tmp_path, text, needle):
+    with pytest.raises(ManifestError, match=needle):
+        load_manifest(_write(tmp_path, text))
+
+
+def test_production_image_refuses_debug_login(tmp_path):
+    p = _write(tmp_path, """
+release: r1
+board: iq-8275-evk
+qairt: ["2.44.0.260225"]
+models: [{name: g, kind: litertlm, path: g.litertlm, qairt: "2.44.0.260225"}]
+image: {variant: production, root_login: debug}
+""")
+    with pytest.raises(ManifestError, match="production image"):
+        load_manifest(p)
+
+
+def test_missing_file_is_one_line(tmp_path):
+    with pytest.raises(ManifestError, match="no such file"):
+        load_manifest(tmp_path / "nope.yaml")
