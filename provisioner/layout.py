@@ -1,0 +1,145 @@
+"""Where things live on a board: the on-target filesystem contract.
+
+The Yocto layer installs to these paths, the fleet playbooks verify and deploy to them, the
+inference service runs from them, and the virtual boards present them. Keeping the contract
+in one module (and rendering it into group_vars / layer variables from here) is what stops
+those parts from drifting apart.
+
+Versioned directories everywhere: several QAIRT builds live side by side (one per model), and
+a model update lands next to the previous one with an atomic ``current`` symlink switch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.catalog import Board
+
+QAIRT_ROOT = "/opt/qairt"                   # /opt/qairt/<build>/ (never /usr/lib: meta-qcom's 2.47 lives there)
+LITERT_ROOT = "/opt/litert-lm"              # /opt/litert-lm/<rev>/{bin,lib}
+LITERT_REV = "cbf463d97fa3"                 # LiteRT-LM commit the runtime is built from (QAIRT 2.44.0.260225)
+LITERT_QAIRT = "2.44.0.260225"
+MODELS_ROOT = "/opt/edge-llm/models"        # /opt/edge-llm/models/<name>/<version>/ + current -> <version>
+ETC_DIR = "/etc/edge-llm"                   # release.json, serve/<model>.json
+RELEASE_JSON = "/etc/edge-llm/release.json"
+OS_RELEASE = "/etc/os-release"              # BUILD_ID = manifest release id
+LIMITS_FILE = "/etc/security/limits.d/50-edge-llm-memlock.conf"
+SYSTEMD_MEMLOCK_DROPIN = "/etc/systemd/system.conf.d/50-edge-llm-memlock.conf"
+SERVE_UNIT = "edge-llm-serve@.service"      # instance = model name
+SERVE_UNIT_DIR = "/etc/systemd/system"
+SERVE_BIN = "/usr/bin/edge-llm-serve"
+SERVE_BASE_PORT = 8080                      # model i listens on 8080 + i (configurable)
+FASTRPC_DEVICE = "/dev/fastrpc-cdsp"
+FASTRPC_GROUP = "fastrpc"
+FASTRPC_LIB = "/usr/lib/libcdsprpc.so"
+FASTRPC_SERVICE = "cdsprpcd.service"
+DOWNLOAD_MODE_PARAM = "/sys/module/qcom_scm/parameters/download_mode"
+SOC0_MACHINE = "/sys/devices/soc0/machine"
+SOC0_SOC_ID = "/sys/devices/soc0/soc_id"
+DT_COMPATIBLE = "/proc/device-tree/compatible"
+DT_MODEL = "/proc/device-tree/model"
+KERNEL_CMDLINE = "/proc/cmdline"
+MODEL_META = "model.json"                   # beside each model version: name, kind, qairt, sha256, size, files
+
+
+def qairt_dir(version: str) -> str:
+    return f"{QAIRT_ROOT}/{version}"
+
+
+def qairt_host_lib_dir(board: Board, version: str) -> str:
+    return f"{qairt_dir(version)}/{board.qairt_host_lib_dir}"
+
+
+def qairt_skel_dir(board: Board, version: str) -> str:
+    return f"{qairt_dir(version)}/{board.qairt_skel_dir}"
+
+
+def qairt_bin_dir(version: str) -> str:
+    return f"{qairt_dir(version)}/bin/aarch64-oe-linux-gcc11.2"
+
+
+def litert_dir(rev: str = LITERT_REV) -> str:
+    return f"{LITERT_ROOT}/{rev}"
+
+
+def model_dir(name: str) -> str:
+    return f"{MODELS_ROOT}/{name}"
+
+
+def model_version_dir(name: str, version: str) -> str:
+    return f"{MODELS_ROOT}/{name}/{version}"
+
+
+def model_current(name: str) -> str:
+    return f"{MODELS_ROOT}/{name}/current"
+
+
+def model_version_id(sha256: str | None, fallback: str) -> str:
+    """Directory name of one model version: the first 16 hex digits of its sha256 when known."""
+    return sha256[:16] if sha256 else fallback
+
+
+@dataclass(frozen=True)
+class RunEnv:
+    """Environment a runtime needs on the board (notes: 'Run environment')."""
+
+    ld_library_path: str
+    adsp_library_path: str
+    path_prefix: str
+
+    def as_env(self) -> dict[str, str]:
+        return {
+            "LD_LIBRARY_PATH": self.ld_library_path,
+            "ADSP_LIBRARY_PATH": self.adsp_library_path,
+            "PATH": f"{self.path_prefix}:/usr/sbin:/usr/bin:/sbin:/bin",
+        }
+
+
+def run_env(board: Board, runtime: str, qairt: str) -> RunEnv:
+    """LD_LIBRARY_PATH/ADSP_LIBRARY_PATH for ``runtime`` with QAIRT ``qairt`` on ``board``.
+
+    The model's own QAIRT comes first so its host libs and the matching skel are used, never
+    the system qairt-sdk 2.47 in /usr/lib (stub/skel mismatch).
+    """
+    host = qairt_host_lib_dir(board, qairt)
+    if runtime == "litert_lm":
+        ld = f"{litert_dir()}/lib:{host}:/usr/lib"
+        path = f"{litert_dir()}/bin"
+    else:
+        ld = f"{host}:/usr/lib"
+        path = qairt_bin_dir(qairt)
+    return RunEnv(ld_library_path=ld, adsp_library_path=qairt_skel_dir(board, qairt), path_prefix=path)
+
+
+def qairt_files(board: Board, version: str, with_genie: bool) -> list[str]:
+    """Files a QAIRT install for ``board`` must contain (checked by fleet verify)."""
+    host = qairt_host_lib_dir(board, version)
+    arch = board.hexagon_arch.upper()
+    files = [
+        f"{host}/libQnnHtp.so",
+        f"{host}/libQnnSystem.so",
+        f"{host}/libQnnHtp{arch}Stub.so",
+        f"{host}/libQnnHtpPrepare.so",
+        f"{qairt_skel_dir(board, version)}/libQnnHtp{arch}Skel.so",
+    ]
+    if with_genie:
+        files += [f"{host}/libGenie.so", f"{qairt_bin_dir(version)}/genie-t2t-run"]
+    return files
+
+
+LITERT_FILES = ("bin/litert_lm_main", "lib/libLiteRtDispatch_Qualcomm.so", "lib/libLiteRt.so",
+                "lib/libGemmaModelConstraintProvider.so")
+
+
+def board_facts(board: Board) -> dict[str, Any]:
+    """The per-board facts the fleet checks, as plain data (for group_vars and the simulator)."""
+    return {
+        "soc0_machine": board.soc0_machine,
+        "soc_id": board.soc_id,
+        "dt_compatible": list(board.dt_compatible),
+        "hexagon_arch": board.hexagon_arch,
+        "qnn_soc_model": board.qnn_soc_model,
+        "qairt_skel_dir": board.qairt_skel_dir,
+        "qairt_host_lib_dir": board.qairt_host_lib_dir,
+    }
