@@ -1,0 +1,510 @@
+"""qdl stand-in: the host command line of qdl 2.5 plus the device side of a virtual board.
+
+Runs as ``<root>/bin/qdl`` (a wrapper around ``python3 -m provisioner.sim.qdl``) so the station
+calls it exactly like the real tool: same options, same messages, same exit codes (0 success,
+1 any failure), same habit of waiting forever for a device. The rawprogram/patch XML is parsed
+by the station's own parser (``provisioner.station.flashxml``, qdl's rules), and the device
+side then does what the firehose programmer does on the board: evaluates ``NUM_DISK_SECTORS``
+expressions against the LUN size, writes every program op into the board's LUN image at
+``start_sector * sector_size``, applies only ``filename="DISK"`` patches, marks the boot LUN and
+resets the board.
+
+``PROVISIONER_SIM_QDL_FLAVOR=debian-2022`` (or the ``qdl-2022`` wrapper) behaves like Debian
+bookworm's ``qdl 1.0+git20220718`` instead: no ``--version``/``--serial``/``--dry-run``/
+``--allow-missing``, missing files silently skipped, Sahara chatter on stderr.
+
+Knobs (environment): ``PROVISIONER_SIM_QDL_RATE_KBPS`` (throttle writes; the board's ``slow``
+fault sets 2048), ``PROVISIONER_SIM_QDL_FAIL_AT=<label>`` (firehose NAKs that partition),
+``PROVISIONER_SIM_QDL_DROP_AT=<label>`` (device falls off USB there, like the ``edl-drop`` fault).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provisioner import catalog
+from provisioner.errors import UserError
+from provisioner.sim import sysfs
+from provisioner.sim.board import VirtualBoard, sim_root
+
+VERSION = "2.5"
+SLOW_RATE_KBPS = 2048
+POLL_S = 0.25
+DRY_RUN_DISK_BYTES = 64 * 1024 * 1024 * 1024
+
+
+class QdlFailure(Exception):
+    """A failure qdl reports on stderr before exiting 1."""
+
+
+@dataclass
+class Args:
+    storage: str = "ufs"
+    serial: str | None = None
+    include: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    allow_missing: bool = False
+    debug: bool = False
+    programmer: str | None = None
+    files: list[str] = field(default_factory=list)
+
+
+def _out(msg: str) -> None:
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
+
+
+def _err(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+USAGE_25 = ("Usage: qdl [--debug] [--dry-run] [--version] [--allow-missing] [--storage <emmc|nand|ufs>] "
+            "[--serial <NUM>] [--include <PATH>] <prog.mbn> [<program> <patch> ...]\n"
+            "       qdl list")
+USAGE_2022 = ("Usage: qdl [--debug] [--storage <emmc|ufs>] [--finalize-provisioning] [--include <PATH>] "
+              "<prog.mbn> [<program> <patch> ...]")
+
+
+def parse_args(argv: list[str], flavor: str) -> Args:
+    """getopt_long-like parsing (``--opt value``, ``--opt=value``, short ``-s/-S/-i/-d``)."""
+    old = flavor == "debian-2022"
+    with_value = {"--storage": "storage", "-s": "storage", "--include": "include", "-i": "include"}
+    flags = {"--debug": "debug", "-d": "debug", "--finalize-provisioning": None}
+    if not old:
+        with_value |= {"--serial": "serial", "-S": "serial"}
+        flags |= {"--dry-run": "dry_run", "--allow-missing": "allow_missing", "-f": "allow_missing"}
+    args = Args()
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            positional += argv[i + 1:]
+            break
+        if a.startswith("-") and a != "-":
+            name, _, inline = a.partition("=") if a.startswith("--") else (a, "", "")
+            if name in with_value:
+                if inline:
+                    value = inline
+                else:
+                    i += 1
+                    if i >= len(argv):
+                        raise QdlFailure(f"qdl: option '{name}' requires an argument\n" +
+                                         (USAGE_2022 if old else USAGE_25))
+                    value = argv[i]
+                key = with_value[name]
+                if key == "include":
+                    args.include.append(value)
+                else:
+                    setattr(args, key, value)
+            elif name in flags:
+                if flags[name]:
+                    setattr(args, flags[name], True)
+            elif name == "--version" and not old:
+                raise _Version()
+            else:
+                kind = "unrecognized option" if a.startswith("--") else "invalid option --"
+                shown = f"'{name}'" if a.startswith("--") else f"'{name.lstrip('-')}'"
+                raise QdlFailure(f"qdl: {kind} {shown}\n" + (USAGE_2022 if old else USAGE_25))
+        else:
+            positional.append(a)
+        i += 1
+    if not positional:
+        raise QdlFailure(USAGE_2022 if old else USAGE_25)
+    args.programmer, args.files = positional[0], positional[1:]
+    if args.storage not in ("ufs", "emmc", "nand", "nvme", "spinor"):
+        raise QdlFailure(f"qdl: unknown storage type \"{args.storage}\"")
+    return args
+
+
+class _Version(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------- devices
+@dataclass(frozen=True)
+class UsbDevice:
+    port: str
+    product_id: str
+    serial: str
+
+
+def scan(root: Path) -> list[UsbDevice]:
+    """Qualcomm devices in the sim's fake sysfs (what libusb would enumerate)."""
+    out = []
+    vendor = catalog.usb_ids()["vendor"]
+    for port in sysfs.list_usb_devices(root):
+        d = sysfs.usb_devices_dir(root) / port
+        try:
+            if (d / "idVendor").read_text().strip() != vendor:
+                continue
+            pid = (d / "idProduct").read_text().strip()
+            product = (d / "product").read_text().strip()
+        except OSError:
+            continue            # vanished while reading (reset / unplug)
+        serial = product.split("_SN:", 1)[1] if "_SN:" in product else ""
+        out.append(UsbDevice(port, pid, serial))
+    return out
+
+
+def wait_for_device(root: Path, serial: str | None) -> UsbDevice:
+    """Poll for an EDL (9008) device, forever, like qdl (callers need their own timeout)."""
+    edl = catalog.usb_ids()["edl_product"]
+    said_waiting = False
+    said_mismatch = -1
+    while True:
+        devices = [d for d in scan(root) if d.product_id == edl]
+        if serial is None and devices:
+            return devices[0]
+        for d in devices:
+            if d.serial.upper() == (serial or "").upper():
+                return d
+        if devices and serial is not None and len(devices) != said_mismatch:
+            _out(f'{len(devices)} EDL device(s) visible, none match serial "{serial}"')
+            said_mismatch = len(devices)
+        if not said_waiting:
+            _out("Waiting for EDL device")
+            said_waiting = True
+        time.sleep(POLL_S)
+
+
+# ---------------------------------------------------------------------------------------------- flashing
+class Device:
+    """The firehose side: a board's LUN images (or, for --dry-run, nothing at all)."""
+
+    def __init__(self, board: VirtualBoard | None, sector_size: int) -> None:
+        self.board = board
+        self.sector_size = sector_size
+        self.partitions: dict[str, dict[str, int]] = {}
+
+    def num_disk_sectors(self, lun: int) -> int:
+        if self.board is None:
+            return DRY_RUN_DISK_BYTES // self.sector_size
+        path = self.board.lun_path(lun)
+        if not path.exists():
+            raise QdlFailure(f"firehose: LUN {lun} does not exist on this device")
+        return path.stat().st_size // self.sector_size
+
+    def write(self, lun: int, offset: int, data: bytes) -> None:
+        if self.board is None:
+            return
+        with open(self.board.lun_path(lun), "r+b") as fh:
+            fh.seek(offset)
+            fh.write(data)
+
+    def read(self, lun: int, offset: int, length: int) -> bytes:
+        if self.board is None:
+            return b"\0" * length
+        with open(self.board.lun_path(lun), "rb") as fh:
+            fh.seek(offset)
+            return fh.read(length).ljust(length, b"\0")
+
+
+def resolve(filename: str, xml: Path, include: list[str]) -> Path | None:
+    """qdl's lookup order: each --include dir, the XML's own folder, then the name as given."""
+    for d in include:
+        p = Path(d) / filename
+        if p.is_file():
+            return p
+    p = xml.parent / filename
+    if p.is_file():
+        return p
+    p = Path(filename)
+    return p if p.is_file() else None
+
+
+def _rate(board: VirtualBoard | None) -> float:
+    env = os.environ.get("PROVISIONER_SIM_QDL_RATE_KBPS")
+    if env:
+        return float(env)
+    if board is not None and board.has_fault("slow"):
+        return SLOW_RATE_KBPS
+    return 0.0
+
+
+def flash(args: Args, root: Path, flavor: str) -> int:
+    """Everything after option parsing; returns the exit status."""
+    from provisioner.station import flashxml
+
+    old = flavor == "debian-2022"
+    programmer = Path(args.programmer or "")
+    # qdl loads every XML before talking to the device: a broken file fails before any write.
+    programs: list[flashxml.Program] = []
+    patches: list[flashxml.Patch] = []
+    for f in args.files:
+        p = Path(f)
+        try:
+            head = p.read_bytes()[:512]
+        except OSError:
+            raise QdlFailure(f"{f}: No such file or directory") from None
+        try:
+            if b"<patches" in head:
+                patches += flashxml.parse_patch(p)
+            elif b"<data" in head:
+                programs += flashxml.parse_rawprogram(p)
+            else:
+                raise QdlFailure(f"{f} type not yet supported")
+        except UserError as exc:
+            raise QdlFailure(f"qdl: {exc.message}") from None
+    files: dict[int, Path | None] = {}
+    for i, prog in enumerate(programs):
+        if prog.skipped or prog.erase:
+            continue
+        found = resolve(prog.filename, prog.xml, args.include)
+        if found is None and not (args.allow_missing or old):
+            raise QdlFailure(f"unable to open {prog.filename}...failing")
+        files[i] = found
+    if not programmer.is_file():
+        raise QdlFailure(f"unable to open {programmer}...failing" if not old else
+                         f"failed to load programmer {programmer}")
+
+    if args.dry_run:
+        _out("This is a dry-run execution of QDL. No actual flashing has been performed")
+        board = None
+        dev_serial = "00000000"
+    else:
+        dev = wait_for_device(root, args.serial)
+        board = VirtualBoard.load(root, dev.serial)
+        dev_serial = dev.serial
+    sector_size = board.sector_size if board else (programs[0].sector_size if programs else 4096)
+    device = Device(board, sector_size)
+    claim = _claim(board) if board else None
+    try:
+        if not old:
+            _out(f"Talking to device (PID 0x{catalog.usb_ids()['edl_product']}, serial: {dev_serial})")
+        _sahara(programmer, old)
+        rate = _rate(board)
+        fail_at = os.environ.get("PROVISIONER_SIM_QDL_FAIL_AT")
+        drop_at = os.environ.get("PROVISIONER_SIM_QDL_DROP_AT")
+        if board is not None and board.has_fault("edl-drop") and not drop_at:
+            drop_at = _middle_label(programs, files)
+        for i, prog in enumerate(programs):
+            if prog.skipped:
+                continue
+            if prog.sector_size != sector_size:
+                _err(f"firehose: ERROR: SECTOR_SIZE_IN_BYTES {prog.sector_size} does not match the "
+                     f"{args.storage} sector size {sector_size}")
+                raise QdlFailure(f"flashing of {prog.label} failed")
+            nsec = device.num_disk_sectors(prog.lun)
+            try:
+                start = prog.start(nsec)
+            except UserError as exc:
+                _err(f"firehose: ERROR: {exc.message}")
+                raise QdlFailure(f"flashing of {prog.label} failed") from None
+            if prog.erase:
+                device.write(prog.lun, start * sector_size, b"\0" * (prog.num_partition_sectors * sector_size))
+                _out(f'successfully erased "{prog.label}"') if not old else None
+                continue
+            path = files.get(i)
+            if path is None:
+                if not old:
+                    _out(f"{prog.filename} not found, skipping (--allow-missing)")
+                continue
+            data = path.read_bytes()[prog.file_sector_offset * sector_size:]
+            part_bytes = prog.num_partition_sectors * sector_size
+            if part_bytes and len(data) > part_bytes:
+                _out(f"{prog.filename} to big for {prog.label} truncated to {part_bytes}")
+                data = data[:part_bytes]
+            if len(data) % sector_size:
+                data += b"\0" * (sector_size - len(data) % sector_size)
+            sectors = len(data) // sector_size
+            if start < 0 or start + sectors > nsec:
+                _err(f"firehose: ERROR: write of {sectors} sectors at {start} is beyond the end of LUN "
+                     f"{prog.lun} ({nsec} sectors)")
+                raise QdlFailure(f"flashing of {prog.label} failed")
+            if fail_at and prog.label == fail_at:
+                _err("firehose: ERROR: Failed to program the partition (NAK)")
+                raise QdlFailure(f"flashing of {prog.label} failed")
+            if drop_at and prog.label == drop_at and board is not None:
+                device.write(prog.lun, start * sector_size, data[: len(data) // 2])
+                board.set_state("off")
+                _err("qdl: failed to write: LIBUSB_ERROR_NO_DEVICE (device disconnected)")
+                raise QdlFailure(f"flashing of {prog.label} failed")
+            t0 = time.monotonic()
+            device.write(prog.lun, start * sector_size, data)
+            elapsed = time.monotonic() - t0
+            if rate > 0:
+                want = len(data) / 1024 / rate
+                if want > elapsed:
+                    time.sleep(want - elapsed)
+                    elapsed = want
+            kbps = int(len(data) / 1024 / max(elapsed, 1e-4))
+            if old:
+                _err(f'[PROGRAM] flashed "{prog.label}" successfully at {kbps}kB/s')
+            else:
+                _out(f'flashed "{prog.label}" successfully at {kbps}kB/s')
+            if prog.label not in ("PrimaryGPT", "BackupGPT"):   # GPT copies, not partitions
+                device.partitions[prog.label] = {"lun": prog.lun, "start_sector": start,
+                                                 "num_sectors": prog.num_partition_sectors or sectors}
+        applied = 0
+        for patch in patches:
+            if not patch.device_side:
+                continue
+            _apply_patch(device, patch, sector_size)
+            applied += 1
+        _out(f"{applied} patches applied")
+        lun = flashxml.boot_lun(programs)
+        if lun is not None:
+            _out(f"partition {lun} is now bootable")
+        if board is not None:
+            _commit(board, device, lun)
+        return 0
+    finally:
+        if claim is not None:
+            os.close(claim)
+
+
+def _middle_label(programs: list, files: dict) -> str | None:
+    """The partition the ``edl-drop`` fault kills the transfer at: the biggest one (the rootfs)."""
+    best, size = None, -1
+    for i, p in enumerate(programs):
+        path = files.get(i)
+        if path is not None and path.stat().st_size > size:
+            best, size = p.label, path.stat().st_size
+    return best
+
+
+def _claim(board: VirtualBoard) -> int:
+    """Claim the USB interface: one qdl per device, like libusb_claim_interface."""
+    import fcntl
+
+    fd = os.open(board.dir / ".usb-claim", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise QdlFailure("failed to claim USB interface: Resource busy (another qdl is using the device)") from None
+    return fd
+
+
+def _sahara(programmer: Path, old: bool) -> None:
+    data = programmer.read_bytes()
+    if old:
+        _err("HELLO version: 0x2 compatible: 0x1 max_len: 1024 mode: 0")
+        _err("READ64 image: 13 offset: 0x0 length: 0x40")
+        _err(f"READ64 image: 13 offset: 0x40 length: 0x{min(len(data), 0x1000):x}")
+        _err("END OF IMAGE image: 13 status: 0")
+        _err("DONE status: 0")
+    else:
+        _out(f"Sahara: sending {programmer.name} ({len(data)} bytes)")
+    if not data.startswith(b"\x7fELF"):
+        raise QdlFailure(f"sahara: {programmer.name} is not a valid programmer ELF image (device rejected it)")
+    if not old:
+        _out("waiting for Firehose programmer...")
+    time.sleep(0.05)
+
+
+def _apply_patch(device: Device, patch, sector_size: int) -> None:
+    nsec = device.num_disk_sectors(patch.lun)
+    try:
+        start = patch.start(nsec)
+        crc = patch.crc32_args()
+        if crc is not None:
+            crc_start = _eval(crc[0], nsec)
+            value = zlib.crc32(device.read(patch.lun, crc_start * sector_size, crc[1])) & 0xFFFFFFFF
+        else:
+            value = patch.int_value(nsec)
+    except UserError as exc:
+        _err(f"firehose: ERROR: {exc.message}")
+        raise QdlFailure(f"failed to apply patch at {patch.where}") from None
+    size = patch.size_in_bytes
+    if size not in (1, 2, 4, 8):
+        raise QdlFailure(f"failed to apply patch at {patch.where}: size_in_bytes {size}")
+    fmt = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}[size]
+    device.write(patch.lun, start * sector_size + patch.byte_offset,
+                 struct.pack(fmt, value & ((1 << (8 * size)) - 1)))
+
+
+def _eval(expr: str, nsec: int) -> int:
+    from provisioner.station import flashxml
+    return flashxml.eval_sector(expr, nsec)
+
+
+def _commit(board: VirtualBoard, device: Device, boot_lun: int | None) -> None:
+    """Record the partition table, then reset the board (qdl's final <power value="reset"/>)."""
+    import json
+
+    tmp = board.partitions_path.with_name(".partitions.json.tmp")
+    tmp.write_text(json.dumps(device.partitions, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, board.partitions_path)
+    board.set_state("booting", boot_lun=boot_lun, build_id=None, flashed=time.time())
+
+
+# ---------------------------------------------------------------------------------------------- wrappers
+def install_wrappers(root: Path | str | None = None) -> dict[str, Path]:
+    """Write ``<root>/bin/qdl`` (qdl 2.5) and ``<root>/bin/qdl-2022`` (Debian's 2022 qdl).
+
+    Tiny shell scripts with the sim root and this interpreter baked in, so the station can be
+    pointed at them like at any qdl binary (``qdl: <root>/bin/qdl`` in station.yaml).
+    """
+    root_p = sim_root(root)
+    bindir = root_p / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    pkg_parent = Path(__file__).resolve().parents[2]
+    out = {}
+    for name, flavor in (("qdl", "2.5"), ("qdl-2022", "debian-2022")):
+        if name == "qdl":
+            flavor_line = f'PROVISIONER_SIM_QDL_FLAVOR="${{PROVISIONER_SIM_QDL_FLAVOR:-{flavor}}}"\n'
+        else:
+            flavor_line = f"PROVISIONER_SIM_QDL_FLAVOR={flavor}\n"
+        text = ("#!/bin/sh\n"
+                "# qdl stand-in for virtual boards (provisioner.sim.qdl); not the real qdl.\n"
+                f"PROVISIONER_SIM_ROOT='{root_p}'\n"
+                + flavor_line +
+                f"PYTHONPATH='{pkg_parent}'${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                "export PROVISIONER_SIM_ROOT PROVISIONER_SIM_QDL_FLAVOR PYTHONPATH\n"
+                f"exec '{sys.executable}' -m provisioner.sim.qdl \"$@\"\n")
+        path = bindir / name
+        tmp = bindir / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o755)
+        os.replace(tmp, path)
+        out[name] = path
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- list / main
+def list_devices(root: Path) -> int:
+    devices = [d for d in scan(root) if d.product_id in (catalog.usb_ids()["edl_product"],
+                                                         catalog.usb_ids()["ramdump_product"])]
+    if not devices:
+        _out("No devices found")
+    for d in devices:
+        _out(f"{catalog.usb_ids()['vendor']}:{d.product_id}\t{d.serial}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    flavor = os.environ.get("PROVISIONER_SIM_QDL_FLAVOR", "2.5")
+    root = sim_root()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        if flavor != "debian-2022" and argv[:1] == ["list"]:
+            return list_devices(root)
+        try:
+            args = parse_args(argv, flavor)
+        except _Version:
+            _out(f"qdl version {VERSION}")
+            return 0
+        return flash(args, root, flavor)
+    except QdlFailure as exc:
+        _err(str(exc))
+        return 1
+    except UserError as exc:
+        _err(f"qdl: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
