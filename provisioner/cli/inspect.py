@@ -1,11 +1,90 @@
-"""`provisioner inspect` (placeholder until its issue lands)."""
+"""`provisioner inspect PATH`: what a model artifact is and whether it can run on a board."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
-from provisioner.errors import UserError
+from provisioner import catalog
+from provisioner.artifacts.hashing import artifact_files, hash_files
+from provisioner.artifacts.inspect import Inspection, inspect_path
+from provisioner.errors import CheckFailed
+from provisioner.ui import print_json, stdout, table
 
 
-@click.command("inspect", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def command() -> None:
-    """Not implemented yet."""
-    raise UserError("'provisioner inspect' is not implemented yet", "see the open issues")
+def _mb(n: int | None) -> str:
+    return "-" if n is None else f"{n:,} B ({n / 1e6:,.1f} MB)"
+
+
+@click.command("inspect")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--board", "board_id", help="Say whether the artifact can run on this board (exit 1 if not).")
+@click.option("--hash", "do_hash", is_flag=True, help="sha256 of every file (parallel).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(path: Path, board_id: str | None, do_hash: bool, as_json: bool) -> None:
+    """Inspect a .litertlm file or a Genie bundle folder (reads only headers, not the weights)."""
+    board = catalog.board(board_id) if board_id else None
+    ins = inspect_path(path, board)
+    hashes: dict[str, str] = {}
+    if do_hash:
+        files = artifact_files(path)
+        base = path if path.is_dir() else path.parent
+        hashes = {str(p.relative_to(base)): h for p, h in hash_files(files, progress=not as_json).items()}
+    if as_json:
+        print_json({**ins.as_dict(), "sha256": hashes or None})
+    else:
+        _show(ins, hashes)
+    if ins.problems:
+        where = f" on {board.id}" if board else ""
+        more = f" (+{len(ins.problems) - 1} more)" if len(ins.problems) > 1 else ""
+        raise CheckFailed(f"{path}: cannot run{where}: {ins.problems[0]}{more}")
+
+
+def _show(ins: Inspection, hashes: dict[str, str]) -> None:
+    d = ins.details
+    rows = [
+        ("kind", ins.kind + (f" (LiteRT-LM format {d.get('version')})" if ins.kind == "litertlm" else "")),
+        ("path", ins.path),
+        ("size", _mb(ins.size)),
+    ]
+    if ins.kind == "litertlm":
+        rows += [("declared size", _mb(ins.declared_size)), ("truncated", "YES" if ins.truncated else "no"),
+                 ("NPU only", "yes" if ins.npu_only else "no")]
+    rows += [
+        ("QAIRT build", ", ".join(ins.qairt_builds) or "-"),
+        ("context size", ins.context_size or "-"),
+        ("target SoC", ins.target_soc or "-"),
+    ]
+    if ins.kind == "genie":
+        rows += [("soc_model / dsp_arch", f"{ins.soc_model} / {ins.dsp_arch}"),
+                 ("perf_profile", d.get("perf_profile") or "-"),
+                 ("tool-versions qairt", d.get("tool_versions_qairt") or "-")]
+    rows.append(("bytes read", _mb(ins.bytes_read)))
+    stdout.print(table(f"{ins.path.name}", ["", ""], rows))
+    if ins.kind == "litertlm":
+        srows = []
+        for s in d["sections"]:
+            builds = sorted({op["qairt_build"] or "?" for op in s["dispatch_ops"]})
+            srows.append((s["index"], s["data_type"], s["model_type"] or "", s["backend_constraint"] or "",
+                          f"{s['begin']:,}..{s['end']:,}", len(s["dispatch_ops"]) or "",
+                          ", ".join(builds), s["note"] or ""))
+        stdout.print(table("sections", ["#", "type", "model_type", "backend", "bytes", "DISPATCH_OPs",
+                                        "QAIRT", "note"], srows))
+        if d.get("llm_metadata"):
+            stdout.print(f"LLM metadata: {d['llm_metadata']}")
+    else:
+        frows = [(f["name"], f["role"], "MISSING" if f["size"] is None else f"{f['size']:,}",
+                  "yes" if f["referenced"] else "no", f["qairt_build"] or "") for f in d["files"]]
+        stdout.print(table("files", ["file", "role", "bytes", "referenced", "QAIRT"], frows))
+    if hashes:
+        stdout.print(table("sha256", ["file", "sha256"], sorted(hashes.items())))
+    for w in ins.warnings:
+        stdout.print(f"[yellow]warning:[/] {w}")
+    if ins.board:
+        if ins.ok:
+            stdout.print(f"[green]can run on {ins.board}[/] (needs QAIRT {', '.join(ins.qairt_builds) or '?'})")
+        else:
+            stdout.print(f"[red]cannot run on {ins.board}:[/]")
+    for p in ins.problems:
+        stdout.print(f"  [red]-[/] {p}", markup=True, highlight=False)
