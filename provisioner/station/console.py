@@ -1,0 +1,311 @@
+"""Serial console driver (pyserial): log in, run commands, read identity, send a board to EDL.
+
+Why markers: a serial console is a byte stream shared with kernel messages and the terminal's
+echo of what we type. Each command is wrapped in two ``printf`` markers whose text only exists
+once the shell has run them (the echoed command line has them split), so output and exit status
+are delimited exactly, whatever garbage or boot chatter surrounds them.
+
+The password comes from :class:`provisioner.station.config.Credential` and is written to the
+port only; it is never logged, echoed into a record or put in an exception message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import serial
+
+from provisioner import layout
+from provisioner.errors import StationError
+from provisioner.station.config import Credential
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
+LOGIN_RE = re.compile(r"(?:^|[\r\n])[^\r\n]*login:\s*$")
+PASSWORD_RE = re.compile(r"(?i)password:\s*$")
+SHELL_RE = re.compile(r"[#$]\s*$")
+INCORRECT_RE = re.compile(r"Login incorrect|Permission denied", re.I)
+
+
+@dataclass
+class CommandResult:
+    command: str
+    status: int
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+
+def _is_url(port: str) -> bool:
+    return "://" in port
+
+
+class ConsoleDriver:
+    """One board's serial console. Use as a context manager; :meth:`open` maps pyserial errors
+    (no such port, port busy) to one-line :class:`StationError`s naming the port."""
+
+    def __init__(self, port: str, *, baudrate: int = 115200, credential: Credential | None = None,
+                 prompt_timeout_s: float = 15.0, log_path: Path | None = None,
+                 on_text: Callable[[str], None] | None = None) -> None:
+        self.port = port
+        self.baudrate = baudrate
+        self.credential = credential or Credential()
+        self.prompt_timeout_s = prompt_timeout_s
+        self.log_path = log_path
+        self.on_text = on_text
+        self.ser: Any = None
+        self._buf = ""
+        self._log: Any = None
+        self.logged_in = False
+
+    # -- port handling -------------------------------------------------------------------
+    def open(self) -> ConsoleDriver:
+        if not _is_url(self.port) and not os.path.exists(self.port):
+            raise StationError(f"console {self.port} does not exist",
+                               "check the USB-serial cable and consoles: in station.yaml")
+        try:
+            if _is_url(self.port):
+                self.ser = serial.serial_for_url(self.port, baudrate=self.baudrate, timeout=0.05)
+            else:
+                self.ser = serial.Serial(self.port, baudrate=self.baudrate, timeout=0.05, exclusive=True)
+        except serial.SerialException as exc:
+            text = str(exc)
+            if "lock" in text.lower() or "busy" in text.lower() or "Resource temporarily" in text:
+                raise StationError(f"console {self.port} is busy (another program has it open)",
+                                   "close minicom/screen/picocom or the other station process") from None
+            raise StationError(f"console {self.port} cannot be opened ({text})",
+                               "check permissions (dialout group) and the cable") from None
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+        return self
+
+    def close(self) -> None:
+        if self.ser is not None:
+            with contextlib.suppress(Exception):
+                self.ser.close()
+            self.ser = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> ConsoleDriver:
+        return self.open() if self.ser is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reopen(self, deadline: float) -> None:
+        """The tty went away (board reset, pty re-created): reopen it until ``deadline``."""
+        with contextlib.suppress(Exception):
+            self.ser.close()
+        self.ser = None
+        while time.monotonic() < deadline:
+            try:
+                if _is_url(self.port):
+                    self.ser = serial.serial_for_url(self.port, baudrate=self.baudrate, timeout=0.05)
+                else:
+                    self.ser = serial.Serial(self.port, baudrate=self.baudrate, timeout=0.05, exclusive=True)
+                return
+            except (serial.SerialException, OSError):
+                time.sleep(0.2)
+        raise StationError(f"console {self.port} disappeared and did not come back", "check the cable")
+
+    # -- raw I/O -------------------------------------------------------------------------
+    def write(self, text: str, *, secret: bool = False) -> None:
+        """Send ``text``; ``secret`` text is never logged."""
+        try:
+            self.ser.write(text.encode())
+            self.ser.flush()
+        except (serial.SerialException, OSError) as exc:
+            raise StationError(f"console {self.port}: write failed ({exc})", "check the cable") from None
+        if self._log and not secret:
+            self._log.write(f"\n[sent] {text.strip()}\n")
+
+    def _read_some(self, deadline: float) -> str:
+        try:
+            data = self.ser.read(max(1, self.ser.in_waiting or 1))
+        except (serial.SerialException, OSError, TypeError):
+            self._reopen(deadline)
+            return ""
+        if not data:
+            return ""
+        text = data.decode("utf-8", errors="replace").replace("\x00", "")
+        if self._log:
+            self._log.write(text)
+            self._log.flush()
+        if self.on_text:
+            self.on_text(text)
+        self._buf += text
+        if len(self._buf) > 1_000_000:
+            self._buf = self._buf[-200_000:]
+        return text
+
+    def expect(self, patterns: dict[str, re.Pattern[str]], timeout_s: float) -> tuple[str, str] | None:
+        """Read until one pattern matches the (ANSI-stripped) tail of what was read.
+
+        Returns (name, text read so far) and consumes it, or None on timeout.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            clean = _ANSI.sub("", self._buf).replace("\r", "")
+            for name, pat in patterns.items():
+                if pat.search(clean):
+                    self._buf = ""
+                    return name, clean
+            if time.monotonic() >= deadline:
+                return None
+            self._read_some(deadline)
+
+    def drain(self, quiet_s: float = 0.2) -> str:
+        """Read until the line has been quiet for ``quiet_s`` (drops pending boot chatter)."""
+        out = ""
+        last = time.monotonic()
+        end = last + 5.0
+        while time.monotonic() - last < quiet_s and time.monotonic() < end:
+            got = self._read_some(end)
+            if got:
+                out += got
+                last = time.monotonic()
+        self._buf = ""
+        return out
+
+    # -- login ---------------------------------------------------------------------------
+    def ensure_shell(self, timeout_s: float | None = None) -> None:
+        """Get to a root shell: nudge the line, answer login/password prompts, or notice we are
+        already logged in. Verified by running a marker command."""
+        timeout_s = timeout_s or self.prompt_timeout_s
+        if self.ser is None:
+            self.open()
+        deadline = time.monotonic() + timeout_s
+        sent_password = False
+        sent_user = False
+        self.drain(0.1)
+        self.write("\r")
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StationError(f"console {self.port}: no login or shell prompt within {timeout_s:g} s",
+                                   "check the cable and baud rate, and that the board is powered and booted")
+            got = self.expect({"incorrect": INCORRECT_RE, "password": PASSWORD_RE, "login": LOGIN_RE,
+                               "shell": SHELL_RE}, min(left, 1.5))
+            if got is None:
+                self.write("\r")
+                continue
+            kind, _ = got
+            if kind == "incorrect":
+                raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
+                                   f"check the password in {self.credential.describe()}")
+            if kind == "login":
+                if sent_user and sent_password:
+                    raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
+                                       f"check the password in {self.credential.describe()}")
+                self.write(self.credential.user + "\r")
+                sent_user = True
+                sent_password = False
+            elif kind == "password":
+                secret = self.credential.secret()
+                if secret is None:
+                    raise StationError(f"console {self.port} asks for a password and none is configured",
+                                       f"set {self.credential.describe()}")
+                self.write(secret + "\r", secret=True)
+                sent_password = True
+            elif kind == "shell":
+                try:
+                    res = self.run("true", timeout_s=min(max(left, 2.0), 5.0), _check_shell=False)
+                except StationError:
+                    self.write("\r")
+                    continue
+                if res.status == 0:
+                    self.logged_in = True
+                    return
+
+    def run(self, command: str, *, timeout_s: float = 30.0, _check_shell: bool = True) -> CommandResult:
+        """Run ``command`` in the board's shell; output and exit status delimited by markers."""
+        if _check_shell and not self.logged_in:
+            self.ensure_shell()
+        tag = uuid.uuid4().hex[:10]
+        begin = f"__PVB_{tag}"
+        end_re = re.compile(rf"__PVE_{tag}:(\d+)\n")
+        self._buf = ""
+        self.write(f"printf '%s%s\\n' __PVB_ {tag}; {command}; printf '%s%s:%s\\n' __PVE_ {tag} $?\r")
+        got = self.expect({"end": end_re}, timeout_s)
+        if got is None:
+            raise StationError(f"console {self.port}: command '{command}' did not finish within {timeout_s:g} s",
+                               "is the board hung? check the console log")
+        text = got[1]
+        m = end_re.search(text)
+        assert m is not None
+        start = text.rfind(begin + "\n", 0, m.start())
+        body = text[start + len(begin) + 1:m.start()] if start >= 0 else ""
+        return CommandResult(command, int(m.group(1)), body)
+
+    def read_file(self, path: str, *, timeout_s: float = 10.0) -> str | None:
+        res = self.run(f"cat {path} 2>/dev/null", timeout_s=timeout_s)
+        return res.output.strip() if res.ok else None
+
+    # -- board operations ----------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """What the running board says it is: soc0 machine and id, DT compatible, os-release
+        (BUILD_ID), download_mode, hostname, IPv4 address."""
+        ident: dict[str, Any] = {"console": self.port}
+        ident["machine"] = self.read_file(layout.SOC0_MACHINE)
+        soc_id = self.read_file(layout.SOC0_SOC_ID)
+        ident["soc_id"] = int(soc_id) if soc_id and soc_id.isdigit() else soc_id
+        sn = self.read_file("/sys/devices/soc0/serial_number")
+        ident["serial"] = f"{int(sn):08X}" if sn and sn.isdigit() else (sn.upper() if sn else None)
+        compat = self.run(f"tr '\\000' '\\n' < {layout.DT_COMPATIBLE} 2>/dev/null")
+        ident["compatible"] = [c.strip() for c in compat.output.splitlines() if c.strip()] if compat.ok else []
+        osr = self.read_file(layout.OS_RELEASE) or ""
+        os_release: dict[str, str] = {}
+        for line in osr.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip().isidentifier():
+                os_release[key.strip()] = value.strip().strip('"')
+        ident["os_release"] = os_release
+        ident["build_id"] = os_release.get("BUILD_ID")
+        dm = self.read_file(layout.DOWNLOAD_MODE_PARAM)
+        ident["download_mode"] = int(dm) if dm and dm.isdigit() else dm
+        host = self.run("hostname 2>/dev/null || cat /etc/hostname")
+        ident["hostname"] = host.output.strip().splitlines()[-1] if host.ok and host.output.strip() else None
+        ip = self.run("ip -4 -o addr show scope global 2>/dev/null")
+        addrs = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", ip.output) if ip.ok else []
+        ident["ip"] = addrs[0] if addrs else None
+        return ident
+
+    def reboot_edl(self) -> None:
+        """``reboot edl`` as root: the board drops off the console and re-enumerates as 05c6:9008."""
+        if not self.logged_in:
+            self.ensure_shell()
+        self.write("reboot edl\r")
+        self.logged_in = False
+        self.drain(0.3)
+
+    def set_download_mode(self, value: int) -> int | None:
+        """Write the qcom_scm download_mode parameter (1 = crash dumps to EDL 900e); returns read-back."""
+        if value not in (0, 1):
+            raise StationError(f"download_mode must be 0 or 1, not {value}", "use --download-mode 0|1")
+        res = self.run(f"echo {value} > {layout.DOWNLOAD_MODE_PARAM}")
+        if not res.ok:
+            raise StationError(f"console {self.port}: cannot set download_mode ({res.output.strip()[:100]})",
+                               "is qcom_scm loaded and are we root?")
+        back = self.read_file(layout.DOWNLOAD_MODE_PARAM)
+        return int(back) if back and back.isdigit() else None
+
+    def wait_for_boot(self, timeout_s: float = 120.0) -> str:
+        """Capture the boot log until the login prompt (or a shell prompt) appears."""
+        self.logged_in = False
+        got = self.expect({"login": LOGIN_RE}, timeout_s)
+        if got is None:
+            raise StationError(f"console {self.port}: board did not reach a login prompt within {timeout_s:g} s",
+                               "check the boot log in the station log folder")
+        return got[1]

@@ -1,0 +1,272 @@
+"""Station runs: scan what is plugged in, and flash a release onto many boards in parallel.
+
+The public entry points for the CLI and ``provisioner rehearse``: :func:`scan`,
+:func:`flash_release`. One qdl process per board (selected with ``--serial``), each in its own
+thread with its own timeout, so one bad board never stalls or fails the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner import catalog
+from provisioner.errors import StationError, UserError
+from provisioner.image.release import Release
+from provisioner.station import edl
+from provisioner.station.bundle import Preflight, preflight
+from provisioner.station.config import StationConfig
+from provisioner.station.console import ConsoleDriver
+from provisioner.station.qdl import QDL_HINT, QdlDriver, QdlInfo, detect_qdl
+from provisioner.station.records import FAILED, PASSED, Records
+from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashSettings, Listener, StepEvent
+
+
+def board_for_machine(machine: str | None) -> str | None:
+    """Catalog board id whose soc0 machine is ``machine``."""
+    for b in catalog.boards().values():
+        if machine and b.soc0_machine == machine:
+            return b.id
+    return None
+
+
+# -- scan ------------------------------------------------------------------------------------
+
+@dataclass
+class ConsoleBoard:
+    port: str
+    identity: dict[str, Any] | None = None
+    board: str | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"port": self.port, "board": self.board, "identity": self.identity, "error": self.error}
+
+
+@dataclass
+class ScanResult:
+    devices: list[edl.EdlDevice] = field(default_factory=list)
+    consoles: list[ConsoleBoard] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"edl": [d.as_dict() for d in self.devices], "consoles": [c.as_dict() for c in self.consoles]}
+
+
+def scan(config: StationConfig, consoles: list[str] | None = None, *, records: Records | None = None,
+         prompt_timeout_s: float = 10.0) -> ScanResult:
+    """EDL/crash-dump boards from sysfs and the identity of boards on ``consoles`` (ports).
+
+    A console that cannot be read is reported with its error rather than aborting the scan.
+    """
+    result = ScanResult(devices=edl.scan_edl(config.sysfs_root, config.slots))
+    for dev in result.devices:
+        if records:
+            records.board_seen(dev.serial, slot=dev.slot or dev.port, port=dev.port, mode=dev.mode,
+                               board=config.boards.get(dev.port))
+    for port in consoles or []:
+        cb = ConsoleBoard(port)
+        try:
+            with ConsoleDriver(port, baudrate=config.baudrate, credential=config.credential,
+                               prompt_timeout_s=prompt_timeout_s) as con:
+                con.ensure_shell()
+                cb.identity = con.identity()
+            cb.board = board_for_machine(cb.identity.get("machine"))
+            if records and cb.identity.get("serial"):
+                records.board_seen(cb.identity["serial"], mode="booted", board=cb.board)
+                records.set_identity(cb.identity["serial"], cb.identity)
+        except UserError as exc:
+            cb.error = str(exc)
+        result.consoles.append(cb)
+    return result
+
+
+# -- flash -----------------------------------------------------------------------------------
+
+@dataclass
+class BoardResult:
+    serial: str
+    slot: str | None
+    port: str | None
+    state: str
+    ok: bool
+    error: str | None
+    duration_s: float
+    tries: int
+    rate_kbs: float | None
+    log_path: str
+    identity: dict[str, Any] | None = None
+    attempt_id: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__) | {"duration_s": round(self.duration_s, 3)}
+
+
+@dataclass
+class FlashRun:
+    release: str
+    board: str
+    qdl: QdlInfo
+    results: list[BoardResult]
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and all(r.ok for r in self.results)
+
+    @property
+    def failed(self) -> list[BoardResult]:
+        return [r for r in self.results if not r.ok]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"release": self.release, "board": self.board, "qdl": self.qdl.as_dict(), "ok": self.ok,
+                "duration_s": round(self.duration_s, 3), "boards": [r.as_dict() for r in self.results]}
+
+
+class RecordsListener:
+    """Feeds step events into the station database (progress events are not stored)."""
+
+    def __init__(self, records: Records, attempts: dict[str, int]) -> None:
+        self.records = records
+        self.attempts = attempts
+
+    def __call__(self, ev: StepEvent) -> None:
+        aid = self.attempts.get(ev.serial)
+        if aid is None or ev.kind == "progress":
+            return
+        if ev.kind == "state":
+            self.records.set_state(aid, ev.detail["state"])
+        else:
+            self.records.add_event(aid, ev.step, ev.kind, duration_s=ev.duration_s, detail=ev.detail or None)
+
+
+def select_targets(config: StationConfig, board_id: str, *, serials: list[str] | None, all_boards: bool
+                   ) -> list[BoardTarget]:
+    """Resolve which boards to flash, refusing unknown serials before anything starts."""
+    devices = edl.scan_edl(config.sysfs_root, config.slots)
+    by_serial = {d.serial: d for d in devices}
+    targets: list[BoardTarget] = []
+    if serials:
+        for raw in dict.fromkeys(s.upper() for s in serials):
+            dev = by_serial.get(raw)
+            console = config.console_for(raw, dev.port if dev else None)
+            if dev is None and console is None:
+                visible = ", ".join(by_serial) or "none"
+                raise StationError(f"board {raw} is not connected (not in EDL under {config.sysfs_root}, "
+                                   f"no console configured; in EDL now: {visible})",
+                                   "check the serial, put the board in EDL or add its console to station.yaml")
+            targets.append(BoardTarget(raw, board_id, dev.port if dev else None,
+                                       (dev.slot or dev.port) if dev else None, console))
+    elif all_boards:
+        for dev in devices:
+            if dev.mode != "edl":
+                continue
+            targets.append(BoardTarget(dev.serial, board_id, dev.port, dev.slot or dev.port,
+                                       config.console_for(dev.serial, dev.port)))
+        if not targets:
+            raise StationError(f"no boards in EDL on this station (sysfs root {config.sysfs_root})",
+                               "put the boards in EDL (reboot edl, or the EDL button at power-on) and scan again")
+    else:
+        raise StationError("no boards selected", "pass --serial S (repeatable) or --all")
+    for t in targets:
+        wired = config.boards.get(t.port or "")
+        if wired and wired != board_id:
+            raise StationError(f"slot {t.slot} holds a {wired}, the release is for {board_id}",
+                               "flash it with a release built for that board")
+    return targets
+
+
+def check_qdl_for(info: QdlInfo, targets: list[BoardTarget], *, allow_old_qdl: bool, visible: int) -> bool:
+    """Whether to pass ``--serial``; refuses parallel (or unconfirmed single) flashing with an old qdl."""
+    if info.has_serial:
+        return True
+    if len(targets) > 1:
+        raise StationError(f"{info.describe()} at {info.path} has no --serial: cannot flash {len(targets)} boards "
+                           "at once safely", QDL_HINT)
+    if not allow_old_qdl:
+        raise StationError(f"{info.describe()} at {info.path} has no --serial and flashes whichever board it finds",
+                           "pass --allow-old-qdl to flash this one board alone, or " + QDL_HINT)
+    if visible > 1:
+        raise StationError(f"{info.describe()} cannot choose between the {visible} boards in EDL",
+                           "leave only the one board in EDL, or " + QDL_HINT)
+    return False
+
+
+def flash_release(release: Path | str | Release | Preflight, config: StationConfig, *,
+                  serials: list[str] | None = None, all_boards: bool = False, board_id: str | None = None,
+                  jobs: int | None = None, timeout_s: float = 900.0, retries: int = 2,
+                  reappear_timeout_s: float = 30.0, edl_timeout_s: float = 60.0, boot_timeout_s: float = 300.0,
+                  boot_check: bool = False, allow_old_qdl: bool = False, listener: Listener | None = None,
+                  records: Records | None = None, stop: threading.Event | None = None,
+                  on_preflight: Callable[[Preflight], None] | None = None) -> FlashRun:
+    """Preflight, then flash every selected board in parallel; never raises for one board's failure.
+
+    ``listener`` receives every :class:`StepEvent` (live progress); ``records`` (writer) gets the
+    attempts. Raises :class:`StationError` only for problems that stop the whole run (bad
+    bundle, qdl missing/too old, unknown serial, no boards).
+    """
+    t0 = time.monotonic()
+    pf = release if isinstance(release, Preflight) else preflight(release, board_id)
+    if on_preflight:
+        on_preflight(pf)
+    pf.raise_for_problems()
+    info = detect_qdl(config.qdl)
+    targets = select_targets(config, pf.board.id, serials=serials, all_boards=all_boards)
+    visible = len([d for d in edl.scan_edl(config.sysfs_root) if d.mode == "edl"])
+    serial_select = check_qdl_for(info, targets, allow_old_qdl=allow_old_qdl, visible=visible)
+    log_dir = Path(config.log_dir) / time.strftime("%Y%m%d-%H%M%S") / pf.release_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    settings = FlashSettings(preflight=pf, qdl=QdlDriver(info, storage=pf.board.storage_type.lower()),
+                             sysfs_root=Path(config.sysfs_root), log_dir=log_dir, slots=config.slots,
+                             credential=config.credential, baudrate=config.baudrate, timeout_s=timeout_s,
+                             retries=retries, reappear_timeout_s=reappear_timeout_s, edl_timeout_s=edl_timeout_s,
+                             boot_timeout_s=boot_timeout_s, serial_select=serial_select)
+    attempts: dict[str, int] = {}
+    listeners: list[Listener] = []
+    if records is not None:
+        for t in targets:
+            records.board_seen(t.serial, slot=t.slot, port=t.port, mode="edl" if t.port else None, board=pf.board.id)
+            attempts[t.serial] = records.start_attempt(
+                t.serial, slot=t.slot, board=pf.board.id, release_id=pf.release_id,
+                artifacts=pf.artifact_sha256, qdl_version=info.describe(),
+                log_path=log_dir / f"{t.serial}-qdl.log")
+        listeners.append(RecordsListener(records, attempts))
+    if listener:
+        listeners.append(listener)
+    stop = stop or threading.Event()
+    goal = "verified" if boot_check else "flashed"
+
+    def work(t: BoardTarget) -> BoardResult:
+        strat = BoardStrategy(t, settings, listeners, stop)
+        b0 = time.monotonic()
+        try:
+            strat.transition(goal)
+            ok, error = True, None
+        except UserError as exc:
+            ok, error = False, strat.error or str(exc)
+        except Exception as exc:  # a bug in one worker must not lose the other boards' records
+            ok, error = False, f"internal error: {type(exc).__name__}: {exc}"
+            strat.state = "failed"
+        aid = attempts.get(t.serial)
+        if records is not None and aid is not None:
+            records.finish_attempt(aid, PASSED if ok else FAILED, error=error, identity=strat.identity)
+            if strat.identity:
+                address = config.addresses.get(t.serial) or strat.identity.get("ip")
+                records.set_identity(t.serial, strat.identity, address)
+        pr = strat.progress
+        rate = max(pr.rates) if pr and pr.rates else None
+        return BoardResult(t.serial, t.slot, t.port, strat.state, ok, error, time.monotonic() - b0, strat.tries,
+                           rate, str(strat.log_path), strat.identity, aid)
+
+    workers = max(1, min(jobs or len(targets), len(targets)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flash") as pool:
+        try:
+            results = list(pool.map(work, targets))
+        except KeyboardInterrupt:
+            stop.set()
+            raise
+    return FlashRun(pf.release_id, pf.board.id, info, results, time.monotonic() - t0)

@@ -1,0 +1,256 @@
+"""Per-board strategy: a state machine unknown -> edl -> flashing -> flashed -> booted -> verified.
+
+labgrid's strategy idea: callers ask for a *target state* (``transition("flashed")``) and the
+strategy runs only the steps still missing, so asking twice does nothing the second time. A
+failure latches the board in ``failed``: it is not retried behind the operator's back (retries
+of transient USB errors happen inside the flash step, bounded and visible as events).
+
+Every step emits :class:`StepEvent`s (start/stop/error with durations, plus qdl progress) that
+the live display and the station records both consume; the strategy itself prints nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import StationError, UserError
+from provisioner.station import edl
+from provisioner.station.bundle import Preflight
+from provisioner.station.config import Credential
+from provisioner.station.console import ConsoleDriver
+from provisioner.station.qdl import QdlDriver, QdlProgress
+
+STATES = ("unknown", "edl", "flashing", "flashed", "booted", "verified")
+FAILED = "failed"
+
+
+@dataclass
+class StepEvent:
+    """One observable thing that happened to one board."""
+
+    serial: str
+    step: str            # edl | flash | boot | verify | state
+    kind: str            # start | stop | error | progress | retry | state
+    ts: float = field(default_factory=time.time)
+    duration_s: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    slot: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"serial": self.serial, "slot": self.slot, "step": self.step, "kind": self.kind, "ts": self.ts,
+                "duration_s": self.duration_s, "detail": self.detail}
+
+
+Listener = Callable[[StepEvent], None]
+
+
+@dataclass
+class BoardTarget:
+    """Resources of one board: its serial, where it is plugged, and its console if any."""
+
+    serial: str
+    board_id: str
+    port: str | None = None
+    slot: str | None = None
+    console: str | None = None
+
+
+@dataclass
+class FlashSettings:
+    """Everything the steps need, decided up front (nothing looked up inside a step)."""
+
+    preflight: Preflight
+    qdl: QdlDriver
+    sysfs_root: Path
+    log_dir: Path
+    slots: dict[str, str] = field(default_factory=dict)
+    credential: Credential = field(default_factory=Credential)
+    baudrate: int = 115200
+    timeout_s: float = 900.0          # per qdl run
+    retries: int = 2                  # extra qdl runs after a transient USB error
+    reappear_timeout_s: float = 30.0  # wait for a dropped board to come back in EDL
+    edl_timeout_s: float = 60.0       # wait for a board sent to EDL from its console
+    boot_timeout_s: float = 300.0
+    serial_select: bool = True        # pass --serial (False only for the old qdl, one board)
+
+
+class BoardStrategy:
+    """State machine for one board; ``transition(target)`` is idempotent; ``failed`` latches."""
+
+    def __init__(self, target: BoardTarget, settings: FlashSettings, listeners: list[Listener] | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.target = target
+        self.s = settings
+        self.listeners = list(listeners or [])
+        self.stop = stop or threading.Event()
+        self.state = "unknown"
+        self.error: str | None = None
+        self.tries = 0
+        self.identity: dict[str, Any] | None = None
+        self.boot_log: Path | None = None
+        self.progress: QdlProgress | None = None
+        safe = target.serial
+        self.log_path = settings.log_dir / f"{safe}-qdl.log"
+        self.console_log = settings.log_dir / f"{safe}-console.log"
+
+    # -- events --------------------------------------------------------------------------
+    def emit(self, step: str, kind: str, *, duration_s: float | None = None, **detail: Any) -> None:
+        ev = StepEvent(self.target.serial, step, kind, duration_s=duration_s, detail=detail, slot=self.target.slot)
+        for listener in self.listeners:
+            try:
+                listener(ev)
+            except UserError:
+                raise
+            except Exception:  # a broken display must not break a flash
+                pass
+
+    def _set(self, state: str) -> None:
+        self.state = state
+        self.emit("state", "state", state=state)
+
+    def _step(self, name: str, func: Callable[[], None]) -> None:
+        t0 = time.monotonic()
+        self.emit(name, "start")
+        try:
+            func()
+        except UserError as exc:
+            self.error = str(exc)
+            self.emit(name, "error", duration_s=time.monotonic() - t0, error=self.error)
+            self._set(FAILED)
+            raise
+        self.emit(name, "stop", duration_s=time.monotonic() - t0)
+
+    # -- public --------------------------------------------------------------------------
+    def transition(self, target: str) -> str:
+        """Run the missing steps up to ``target``; returns the reached state.
+
+        Raises the step's :class:`StationError` on failure (and the board stays ``failed``).
+        """
+        if target not in STATES:
+            raise StationError(f"unknown board state '{target}'", f"use one of {', '.join(STATES)}")
+        if self.state == FAILED:
+            raise StationError(f"board {self.target.serial} is marked failed ({self.error})",
+                               "fix the cause and start a new run")
+        want = STATES.index(target)
+        while STATES.index(self.state) < want:
+            if self.stop.is_set():
+                self.error = "stopped"
+                self._set(FAILED)
+                raise StationError(f"board {self.target.serial}: run stopped", "start a new run")
+            if self.state == "unknown":
+                self._step("edl", self._to_edl)
+                self._set("edl")
+            elif self.state in ("edl", "flashing"):
+                self._set("flashing")
+                self._step("flash", self._flash)
+                self._set("flashed")
+            elif self.state == "flashed":
+                self._step("boot", self._boot)
+                self._set("booted")
+            elif self.state == "booted":
+                self._step("verify", self._verify)
+                self._set("verified")
+        return self.state
+
+    # -- steps ---------------------------------------------------------------------------
+    def _to_edl(self) -> None:
+        dev = edl.find_device(self.s.sysfs_root, self.target.serial, self.s.slots)
+        if dev is not None and dev.mode == "edl":
+            self._adopt(dev)
+            return
+        if dev is not None and dev.mode == "ramdump":
+            raise StationError(f"board {self.target.serial} is in crash-dump mode (05c6:900e)",
+                               "collect the dump with qdl ramdump or power-cycle it into EDL")
+        if not self.target.console:
+            raise StationError(f"board {self.target.serial} is not in EDL and has no console configured",
+                               "hold the EDL button at power-on, or add its console to station.yaml")
+        with ConsoleDriver(self.target.console, baudrate=self.s.baudrate, credential=self.s.credential,
+                           log_path=self.console_log) as con:
+            con.ensure_shell()
+            self.emit("edl", "progress", action="reboot edl", console=self.target.console)
+            con.reboot_edl()
+        dev = edl.wait_for_device(self.s.sysfs_root, self.target.serial, timeout_s=self.s.edl_timeout_s,
+                                  slots=self.s.slots)
+        if dev is None:
+            raise StationError(f"board {self.target.serial} did not appear in EDL within {self.s.edl_timeout_s:g} s "
+                               "after 'reboot edl'", "check the USB cable of its slot")
+        self._adopt(dev)
+
+    def _adopt(self, dev: edl.EdlDevice) -> None:
+        self.target.port = dev.port
+        self.target.slot = dev.slot or self.target.slot or dev.port
+
+    def _flash(self) -> None:
+        pf = self.s.preflight
+        planned = [p.label for p in pf.programs if not p.skipped and not p.erase]
+        attempts = 1 + max(0, self.s.retries)
+        for n in range(1, attempts + 1):
+            self.tries = n
+
+            def on_progress(pr: QdlProgress) -> None:
+                self.progress = pr
+                self.emit("flash", "progress", phase=pr.phase, partition=pr.current, done=len(pr.written),
+                          total=len(planned), rate_kbs=pr.rate_kbs, attempt=self.tries)
+
+            outcome = self.s.qdl.flash(pf.qdl_args(), serial=self.target.serial if self.s.serial_select else None,
+                                       planned=planned, log_path=self.log_path, timeout_s=self.s.timeout_s,
+                                       include=pf.bundle_dir, on_progress=on_progress)
+            self.progress = outcome.progress
+            if outcome.ok:
+                if outcome.progress.warnings:
+                    self.emit("flash", "progress", warnings=outcome.progress.warnings)
+                return
+            if not outcome.transient or n == attempts or self.stop.is_set():
+                raise StationError(f"board {self.target.serial}: {outcome.error}",
+                                   f"see {self.log_path}")
+            self.emit("flash", "retry", attempt=n, error=outcome.error)
+            dev = edl.wait_for_device(self.s.sysfs_root, self.target.serial, timeout_s=self.s.reappear_timeout_s,
+                                      slots=self.s.slots)
+            if dev is None:
+                raise StationError(f"board {self.target.serial} dropped out of EDL ({outcome.error}) and did not "
+                                   f"come back within {self.s.reappear_timeout_s:g} s",
+                                   "re-seat its USB cable, power-cycle it into EDL and flash it again")
+
+    def _console(self) -> ConsoleDriver:
+        if not self.target.console:
+            raise StationError(f"board {self.target.serial} has no console configured; cannot check the boot",
+                               "add it to consoles: in station.yaml or drop --boot-check")
+        return ConsoleDriver(self.target.console, baudrate=self.s.baudrate, credential=self.s.credential,
+                             log_path=self.console_log, prompt_timeout_s=self.s.boot_timeout_s)
+
+    def _boot(self) -> None:
+        deadline = time.monotonic() + self.s.boot_timeout_s
+        con = self._console()
+        while True:
+            try:
+                con.open()
+                break
+            except StationError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        try:
+            con.ensure_shell(timeout_s=max(1.0, deadline - time.monotonic()))
+            self.identity = con.identity()
+        finally:
+            con.close()
+        self.boot_log = self.console_log
+
+    def _verify(self) -> None:
+        pf = self.s.preflight
+        ident = self.identity or {}
+        problems = []
+        if ident.get("build_id") != pf.release_id:
+            problems.append(f"BUILD_ID is {ident.get('build_id')!r}, expected {pf.release_id!r}")
+        if ident.get("machine") != pf.board.soc0_machine:
+            problems.append(f"soc0 machine is {ident.get('machine')!r}, expected {pf.board.soc0_machine!r}")
+        if ident.get("serial") and ident["serial"] != self.target.serial:
+            problems.append(f"console {self.target.console} shows board {ident['serial']}, not {self.target.serial}")
+        if problems:
+            raise StationError(f"board {self.target.serial} booted the wrong thing: {'; '.join(problems)}",
+                               f"see {self.console_log}")
