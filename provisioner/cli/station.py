@@ -1,11 +1,199 @@
-"""`provisioner station` (placeholder until its issue lands)."""
+"""`provisioner station`: scan, preflight, flash, history, export-inventory (thin; work is in
+provisioner.station)."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
-from provisioner.errors import UserError
+from provisioner.errors import CheckFailed, StationError
+from provisioner.station.bundle import preflight as run_preflight
+from provisioner.station.config import StationConfig, load_config, load_slots
+from provisioner.station.flash import flash_release, scan
+from provisioner.station.progress import LiveProgress
+from provisioner.station.records import Records, write_inventory
+from provisioner.ui import Reporter, print_json, stderr, stdout, table
 
 
-@click.command("station", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def _config(config: Path | None, sysfs_root: Path | None = None, slots: Path | None = None, qdl: str | None = None,
+            db: Path | None = None) -> StationConfig:
+    cfg = load_config(config)
+    if sysfs_root:
+        cfg.sysfs_root = sysfs_root
+    if slots:
+        cfg.slots.update(load_slots(slots))
+    if qdl:
+        cfg.qdl = qdl
+    if db:
+        cfg.database = db
+    return cfg
+
+
+_config_opt = click.option("--config", type=click.Path(path_type=Path), help="station.yaml (default ./station.yaml).")
+_json_opt = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+_db_opt = click.option("--db", type=click.Path(path_type=Path), help="Records database (default from config).")
+
+
+@click.group("station")
 def command() -> None:
-    """Not implemented yet."""
-    raise UserError("'provisioner station' is not implemented yet", "see the open issues")
+    """Factory station: find boards in EDL, check a bundle, flash many boards, keep records."""
+
+
+@command.command("scan")
+@_config_opt
+@click.option("--sysfs-root", type=click.Path(path_type=Path), help="sysfs to read (default /sys).")
+@click.option("--slots", type=click.Path(path_type=Path, exists=True), help="YAML: USB port path -> slot name.")
+@click.option("--console", "consoles", multiple=True, help="Serial console to identify a running board (repeatable).")
+@_json_opt
+def scan_cmd(config: Path | None, sysfs_root: Path | None, slots: Path | None, consoles: tuple[str, ...],
+             as_json: bool) -> None:
+    """Boards in EDL (05c6:9008) or crash-dump mode (900e), and boards answering on consoles."""
+    cfg = _config(config, sysfs_root, slots)
+    result = scan(cfg, list(consoles))
+    if as_json:
+        print_json(result.as_dict())
+        return
+    rows = [(d.slot or d.port, d.port, d.serial, d.mode, d.product) for d in result.devices]
+    stdout.print(table(f"USB (sysfs {cfg.sysfs_root})", ["slot", "port", "serial", "mode", "product"], rows))
+    if not result.devices:
+        stdout.print("no boards in EDL or crash-dump mode")
+    if result.consoles:
+        crow = []
+        for c in result.consoles:
+            i = c.identity or {}
+            crow.append((c.port, i.get("serial"), c.board, i.get("machine"), i.get("build_id"), i.get("ip"),
+                         c.error))
+        stdout.print(table("consoles", ["port", "serial", "board", "machine", "BUILD_ID", "ip", "error"], crow))
+
+
+@command.command("preflight")
+@click.argument("release", type=click.Path(path_type=Path))
+@click.option("--board", "board_id", help="Board id (default: the release's board).")
+@click.option("--no-hash", is_flag=True, help="Check sizes only, skip sha256 of every file.")
+@_json_opt
+def preflight_cmd(release: Path, board_id: str | None, no_hash: bool, as_json: bool) -> None:
+    """Check a release / bundle / .qcomflash.tar.gz before flashing (nothing touches a board)."""
+    pf = run_preflight(release, board_id, hash_files=not no_hash)
+    try:
+        if as_json:
+            print_json(pf.as_dict())
+        else:
+            stdout.print(table(f"preflight {pf.release_id} for {pf.board.id}", ["check", "ok", "detail"],
+                               [(c.name, "yes" if c.ok else "NO", c.detail) for c in pf.checks]))
+        pf.raise_for_problems()
+    finally:
+        pf.close()
+
+
+@command.command("flash")
+@click.argument("release", type=click.Path(path_type=Path))
+@click.option("--serial", "serials", multiple=True, help="Board serial to flash (repeatable).")
+@click.option("--all", "all_boards", is_flag=True, help="Every board in EDL.")
+@click.option("--board", "board_id", help="Board id (default: the release's board).")
+@click.option("--jobs", type=click.IntRange(1, 64), help="Boards flashed at once (default: all).")
+@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="Seconds per qdl run.")
+@click.option("--retries", type=click.IntRange(0, 10), default=2, show_default=True,
+              help="Extra qdl runs after a transient USB error.")
+@click.option("--reappear-timeout", type=float, default=30.0, show_default=True,
+              help="Seconds to wait for a dropped board to re-enter EDL.")
+@click.option("--boot-check", is_flag=True, help="Watch the console after flashing and verify the release booted.")
+@click.option("--boot-timeout", type=float, default=300.0, show_default=True)
+@click.option("--allow-old-qdl", is_flag=True, help="Allow one board alone with a qdl that has no --serial.")
+@click.option("--qdl", help="qdl executable (default from config, else 'qdl' on PATH).")
+@click.option("--sysfs-root", type=click.Path(path_type=Path))
+@_db_opt
+@_config_opt
+@_json_opt
+def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_id: str | None, jobs: int | None,
+              timeout_s: float, retries: int, reappear_timeout: float, boot_check: bool, boot_timeout: float,
+              allow_old_qdl: bool, qdl: str | None, sysfs_root: Path | None, db: Path | None, config: Path | None,
+              as_json: bool) -> None:
+    """Preflight RELEASE, then flash the selected boards in parallel (one qdl --serial each)."""
+    if serials and all_boards:
+        raise StationError("--serial and --all are exclusive", "pick one")
+    cfg = _config(config, sysfs_root, None, qdl, db)
+    rep = Reporter(quiet=as_json)
+    with Records(cfg.database) as records:
+        if records.recovered:
+            rep.warn(f"marked {len(records.recovered)} attempt(s) interrupted by an earlier crash: "
+                     f"{', '.join(map(str, records.recovered))}")
+        progress = LiveProgress(stderr, list(serials)) if not as_json else None
+        if progress:
+            with progress:
+                run = flash_release(release, cfg, serials=list(serials), all_boards=all_boards, board_id=board_id,
+                                    jobs=jobs, timeout_s=timeout_s, retries=retries,
+                                    reappear_timeout_s=reappear_timeout, boot_check=boot_check,
+                                    boot_timeout_s=boot_timeout, allow_old_qdl=allow_old_qdl, listener=progress,
+                                    records=records)
+        else:
+            run = flash_release(release, cfg, serials=list(serials), all_boards=all_boards, board_id=board_id,
+                                jobs=jobs, timeout_s=timeout_s, retries=retries, reappear_timeout_s=reappear_timeout,
+                                boot_check=boot_check, boot_timeout_s=boot_timeout, allow_old_qdl=allow_old_qdl,
+                                records=records)
+    if as_json:
+        print_json(run.as_dict())
+    else:
+        rows = [(r.slot, r.serial, r.state, "ok" if r.ok else "FAILED", f"{r.duration_s:.1f}", r.tries,
+                 f"{r.rate_kbs:.0f}" if r.rate_kbs else "", r.error or r.log_path) for r in run.results]
+        stdout.print(table(f"flash {run.release} ({run.qdl.describe()})",
+                           ["slot", "serial", "state", "result", "s", "tries", "max kB/s", "error / log"], rows))
+    if not run.ok:
+        bad = run.failed
+        raise CheckFailed(f"{len(bad)} of {len(run.results)} board(s) failed: "
+                          + "; ".join(f"{r.serial}: {r.error}" for r in bad[:3]),
+                          "see the per-board logs; fix and flash those boards again")
+
+
+@command.command("history")
+@click.option("--serial", help="Only this board.")
+@_db_opt
+@_config_opt
+@_json_opt
+def history_cmd(serial: str | None, db: Path | None, config: Path | None, as_json: bool) -> None:
+    """Every flash attempt recorded on this station, newest first."""
+    cfg = _config(config, db=db)
+    if not cfg.database.is_file():
+        raise StationError(f"no station database at {cfg.database}", "flash a board first or pass --db")
+    with Records(cfg.database, writer=False) as records:
+        rows = records.history(serial)
+    if as_json:
+        print_json(rows)
+        return
+    stdout.print(table("station history", ["id", "serial", "slot", "release", "qdl", "state", "result", "s",
+                                           "error", "log"],
+                       [(r["id"], r["serial"], r["slot"], r["release_id"], r["qdl_version"], r["state"], r["result"],
+                         r["duration_s"], r["error"], r["log_path"]) for r in rows]))
+
+
+@command.command("export-inventory")
+@click.option("--out", type=click.Path(path_type=Path), help="Write the YAML here (default: stdout).")
+@click.option("--address", "addresses", multiple=True, help="serial=host[:port] (repeatable).")
+@_db_opt
+@_config_opt
+@_json_opt
+def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path | None, config: Path | None,
+                         as_json: bool) -> None:
+    """Ansible inventory of boards that passed, grouped per board type (iq_8275_evk, ...)."""
+    import yaml
+
+    from provisioner.station.records import build_inventory
+
+    cfg = _config(config, db=db)
+    if not cfg.database.is_file():
+        raise StationError(f"no station database at {cfg.database}", "flash a board first or pass --db")
+    amap = dict(cfg.addresses)
+    for a in addresses:
+        key, sep, value = a.partition("=")
+        if not sep or not value:
+            raise StationError(f"--address {a!r} is not serial=host[:port]", "e.g. --address 0AA94EFD=10.0.0.7:22")
+        amap[key.upper()] = value
+    with Records(cfg.database, writer=False) as records:
+        inv = write_inventory(records, out, amap) if out else build_inventory(records, amap)
+    if as_json:
+        print_json(inv)
+    elif out:
+        n = sum(len(g["hosts"]) for g in inv["all"]["children"].values())
+        stdout.print(f"wrote {out}: {n} board(s) in {len(inv['all']['children'])} group(s)")
+    else:
+        stdout.print(yaml.safe_dump(inv, sort_keys=True), markup=False, highlight=False)
