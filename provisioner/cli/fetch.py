@@ -1,11 +1,35 @@
-"""`provisioner fetch` (placeholder until its issue lands)."""
+"""`provisioner fetch MANIFEST`: models and QAIRT zips into the downloads directory (bitbake's DL_DIR)."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
-from provisioner.errors import UserError
+from provisioner.artifacts.fetch import downloads_dir, fetch_all, plan_fetch
+from provisioner.manifest import load_manifest
+from provisioner.ui import Reporter, print_json, stderr, stdout, table
 
 
-@click.command("fetch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def command() -> None:
-    """Not implemented yet."""
-    raise UserError("'provisioner fetch' is not implemented yet", "see the open issues")
+@click.command("fetch")
+@click.argument("manifest", type=click.Path(path_type=Path))
+@click.option("--dl-dir", type=click.Path(path_type=Path), help="Downloads directory (default: build.dl_dir).")
+@click.option("--models-only", is_flag=True, help="Skip the QAIRT SDK zips.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(manifest: Path, dl_dir: Path | None, models_only: bool, as_json: bool) -> None:
+    """Download (resumable, sha256-verified, mirrors first) every artifact MANIFEST needs."""
+    m = load_manifest(manifest)
+    target = downloads_dir(m, dl_dir.resolve() if dl_dir else None)
+    items = plan_fetch(m, models_only=models_only)
+    reporter = Reporter(quiet=as_json)
+    if not items:
+        reporter.info("nothing to fetch (models have local paths and --models-only was given)")
+    results = fetch_all(items, target, reporter=reporter, progress=not as_json and stderr.is_terminal)
+    if as_json:
+        print_json({"dl_dir": str(target), "files": [r.as_dict() for r in results]})
+        return
+    rows = [(r.item.filename, r.item.kind, r.status, f"{r.path.stat().st_size:,}",
+             f"{r.transferred / max(r.seconds, 1e-6) / 1e6:,.1f} MB/s" if r.transferred else "-",
+             r.sha256[:16] + "...") for r in results]
+    if rows:
+        stdout.print(table(f"downloads in {target}", ["file", "kind", "status", "bytes", "speed", "sha256"], rows))

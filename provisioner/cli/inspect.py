@@ -10,7 +10,7 @@ from provisioner import catalog
 from provisioner.artifacts.hashing import artifact_files, hash_files
 from provisioner.artifacts.inspect import Inspection, inspect_path
 from provisioner.errors import CheckFailed
-from provisioner.ui import print_json, stdout, table
+from provisioner.ui import print_json, stderr, stdout, table
 
 
 def _mb(n: int | None) -> str:
@@ -30,7 +30,8 @@ def command(path: Path, board_id: str | None, do_hash: bool, as_json: bool) -> N
     if do_hash:
         files = artifact_files(path)
         base = path if path.is_dir() else path.parent
-        hashes = {str(p.relative_to(base)): h for p, h in hash_files(files, progress=not as_json).items()}
+        found = hash_files(files, progress=not as_json and stderr.is_terminal)
+        hashes = {str(p.relative_to(base)): h for p, h in found.items()}
     if as_json:
         print_json({**ins.as_dict(), "sha256": hashes or None})
     else:

@@ -1,0 +1,324 @@
+"""Download model artifacts and QAIRT SDK zips into the build's downloads directory.
+
+The directory is the same one later handed to bitbake as ``DL_DIR``, so recipes find the files
+without touching the network. Downloads are multi-GB over links that drop, hence:
+
+* resumable: data lands in ``<name>.part``; a rerun continues with an HTTP ``Range`` request
+  (or a seek for ``file://`` mirrors) and only the finished, verified file is renamed to
+  ``<name>`` - a file without ``.part`` is always complete;
+* verified: size and sha256 (when the manifest gives them); a mismatch deletes the partial
+  file and says so, because resuming a corrupt prefix can never succeed;
+* idempotent: a complete file with the right checksum is skipped;
+* mirrors first (``build.mirrors``: a LAN or ``file://`` mirror, then the origin URL);
+* credentials from ``~/.netrc`` (requests reads it) or ``PROVISIONER_HTTP_TOKEN`` (sent as a
+  bearer token); neither is ever printed - URLs in messages have their userinfo removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner import catalog
+from provisioner.errors import FetchError, UserError
+from provisioner.manifest import Manifest
+from provisioner.ui import Reporter
+
+CHUNK = 1024 * 1024
+TOKEN_ENV = "PROVISIONER_HTTP_TOKEN"
+DEFAULT_TIMEOUT = (10.0, 60.0)  # connect, read (seconds without a byte)
+
+
+@dataclass
+class FetchItem:
+    """One file to put in the downloads directory, and where it may come from (in order)."""
+
+    filename: str
+    urls: list[str]
+    kind: str  # model | qairt
+    name: str  # model name or QAIRT version
+    sha256: str | None = None
+    size: int | None = None
+
+
+@dataclass
+class FetchResult:
+    item: FetchItem
+    path: Path
+    status: str  # downloaded | resumed | skipped
+    source: str | None
+    transferred: int
+    seconds: float
+    sha256: str
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.item.filename, "kind": self.item.kind, "name": self.item.name, "path": str(self.path),
+                "status": self.status, "source": redact(self.source) if self.source else None,
+                "transferred": self.transferred, "seconds": round(self.seconds, 3),
+                "size": self.path.stat().st_size if self.path.exists() else None, "sha256": self.sha256,
+                "notes": self.notes}
+
+
+class _SourceFailed(Exception):
+    """One source failed; the next mirror may still work."""
+
+
+def redact(url: str) -> str:
+    """``https://user:pw@host/x`` -> ``https://host/x`` (credentials never reach logs)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        parts = parts._replace(netloc=host)
+    return urllib.parse.urlunsplit(parts._replace(query="")) if parts.query else urllib.parse.urlunsplit(parts)
+
+
+def downloads_dir(manifest: Manifest, override: Path | None = None) -> Path:
+    d = override or manifest.build.dl_dir
+    if d is None:
+        raise UserError("no downloads directory", "set build.dl_dir in the manifest or pass --dl-dir")
+    return Path(d)
+
+
+def plan_fetch(manifest: Manifest, *, models_only: bool = False) -> list[FetchItem]:
+    """Everything ``fetch`` would download for ``manifest`` (models with a URL, then QAIRT zips)."""
+    mirrors = [m.rstrip("/") for m in manifest.build.mirrors]
+    items: list[FetchItem] = []
+    for m in manifest.models:
+        if not m.url:
+            continue
+        items.append(FetchItem(filename=m.filename, urls=[f"{mi}/{m.filename}" for mi in mirrors] + [m.url],
+                               kind="model", name=m.name, sha256=m.sha256, size=m.size))
+    if not models_only:
+        for v in manifest.qairt:
+            url = catalog.qairt_url(v)
+            fname = url.rsplit("/", 1)[-1]
+            items.append(FetchItem(filename=fname, urls=[f"{mi}/{fname}" for mi in mirrors] + [url],
+                                   kind="qairt", name=v))
+    return items
+
+
+def fetch_all(items: list[FetchItem], dl_dir: Path, *, reporter: Reporter | None = None, progress: bool = True,
+              timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> list[FetchResult]:
+    """Fetch every item into ``dl_dir``; stop at the first item no source can deliver."""
+    reporter = reporter or Reporter()
+    dl_dir.mkdir(parents=True, exist_ok=True)
+    import requests
+
+    session = requests.Session()
+    session.headers["User-Agent"] = "edge-llm-provisioner"
+    results: list[FetchResult] = []
+    bar = _progress() if progress else None
+    try:
+        if bar:
+            bar.start()
+        for item in items:
+            results.append(fetch_one(item, dl_dir, session=session, reporter=reporter, bar=bar, timeout=timeout))
+    finally:
+        if bar:
+            bar.stop()
+        session.close()
+    return results
+
+
+def _progress():
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    from provisioner.ui import stderr
+
+    return Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=stderr)
+
+
+def _hash_existing(path: Path) -> tuple[Any, int]:
+    h = hashlib.sha256()
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(4 * CHUNK):
+            h.update(chunk)
+            n += len(chunk)
+    return h, n
+
+
+def fetch_one(item: FetchItem, dl_dir: Path, *, session: Any = None, reporter: Reporter | None = None,
+              bar: Any = None, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> FetchResult:
+    """Download one item (mirrors in order), resuming a ``.part`` file, verifying size and sha256."""
+    reporter = reporter or Reporter(quiet=True)
+    final = dl_dir / item.filename
+    part = dl_dir / (item.filename + ".part")
+    notes: list[str] = []
+    t0 = time.monotonic()
+
+    if final.exists():
+        size = final.stat().st_size
+        if item.size is not None and size != item.size:
+            notes.append(f"existing {final.name} has {size} bytes, expected {item.size}: downloading again")
+            final.unlink()
+        else:
+            digest = _hash_existing(final)[0].hexdigest()
+            if item.sha256 and digest != item.sha256:
+                notes.append(f"existing {final.name} has the wrong sha256: downloading again")
+                final.unlink()
+            else:
+                reporter.info(f"{final.name}: already complete" + (" (sha256 verified)" if item.sha256 else ""))
+                return FetchResult(item, final, "skipped", None, 0, time.monotonic() - t0, digest, notes)
+    for n in notes:
+        reporter.warn(n)
+
+    errors: list[str] = []
+    for url in item.urls:
+        try:
+            transferred, resumed, digest = _download(item, url, part, session, bar, timeout, reporter)
+        except _SourceFailed as exc:
+            errors.append(str(exc))
+            if len(item.urls) > 1:
+                reporter.warn(str(exc) + ("; trying next source" if url != item.urls[-1] else ""))
+            continue
+        os.replace(part, final)
+        status = "resumed" if resumed else "downloaded"
+        reporter.info(f"{final.name}: {status} from {redact(url)} ({transferred:,} bytes)")
+        return FetchResult(item, final, status, url, transferred, time.monotonic() - t0, digest, notes)
+    detail = errors[-1] if len(errors) == 1 else "; ".join(errors)
+    raise FetchError(f"cannot fetch {item.filename}: {detail}", _hint(errors))
+
+
+def _hint(errors: list[str]) -> str:
+    text = " ".join(errors)
+    if "sha256" in text:
+        return "the source serves different bytes than the manifest's sha256: check the URL/mirror and the sha256"
+    if "401" in text or "403" in text:
+        return f"the server wants credentials: add them to ~/.netrc or set {TOKEN_ENV}"
+    if "404" in text:
+        return "check the URL (and that the mirror holds the file), or set build.mirrors"
+    return "check the network/mirror and rerun; a partial download resumes where it stopped"
+
+
+def _download(item: FetchItem, url: str, part: Path, session: Any, bar: Any, timeout: tuple[float, float],
+              reporter: Reporter) -> tuple[int, bool, str]:
+    """Fill ``part`` from ``url``; return (bytes transferred now, resumed?, sha256)."""
+    have = part.stat().st_size if part.exists() else 0
+    if item.size is not None and have > item.size:
+        reporter.warn(f"{part.name} is larger than the expected {item.size} bytes: starting over")
+        part.unlink()
+        have = 0
+    h, hashed = _hash_existing(part) if have else (hashlib.sha256(), 0)
+    assert hashed == have
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme == "file":
+        transferred, resumed, h = _copy_file(url, part, have, h, item, bar)
+    elif scheme in ("http", "https"):
+        transferred, resumed, h = _http(url, part, have, h, item, session, bar, timeout)
+    else:
+        raise _SourceFailed(f"{redact(url)}: unsupported URL scheme")
+    size = part.stat().st_size
+    digest = h.hexdigest()
+    if item.size is not None and size != item.size:
+        part.unlink()
+        raise _SourceFailed(f"{redact(url)}: got {size} bytes, expected {item.size} (partial file deleted)")
+    if item.sha256 and digest != item.sha256:
+        part.unlink()
+        raise _SourceFailed(f"{redact(url)}: sha256 mismatch (got {digest[:16]}..., expected "
+                            f"{item.sha256[:16]}...; partial file deleted)")
+    return transferred, resumed, digest
+
+
+def _task(bar: Any, item: FetchItem, total: int | None, have: int) -> Callable[[int], None]:
+    if bar is None:
+        return lambda n: None
+    task = bar.add_task(item.filename, total=total, completed=have)
+    return lambda n: bar.advance(task, n)
+
+
+def _copy_file(url: str, part: Path, have: int, h: Any, item: FetchItem, bar: Any) -> tuple[int, bool, Any]:
+    src = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+    if not src.is_file():
+        raise _SourceFailed(f"{url}: no such file")
+    total = src.stat().st_size
+    if have > total:
+        part.unlink()
+        have, h = 0, hashlib.sha256()
+    advance = _task(bar, item, total, have)
+    n = 0
+    with open(src, "rb") as fi, open(part, "ab") as fo:
+        fi.seek(have)
+        while chunk := fi.read(4 * CHUNK):
+            fo.write(chunk)
+            h.update(chunk)
+            n += len(chunk)
+            advance(len(chunk))
+    return n, have > 0, h
+
+
+def _http(url: str, part: Path, have: int, h: Any, item: FetchItem, session: Any, bar: Any,
+          timeout: tuple[float, float]) -> tuple[int, bool, Any]:
+    import requests
+
+    headers = {"Accept-Encoding": "identity"}
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    shown = redact(url)
+    try:
+        resp = session.get(url, headers=headers, stream=True, timeout=timeout, allow_redirects=True)
+    except requests.exceptions.Timeout as exc:
+        raise _SourceFailed(f"{shown}: timed out (no answer within {timeout[0]:g}s/{timeout[1]:g}s)") from exc
+    except requests.exceptions.ConnectionError as exc:
+        reason = "connection refused" if "refused" in str(exc).lower() else "cannot connect"
+        raise _SourceFailed(f"{shown}: {reason}") from exc
+    except requests.exceptions.RequestException as exc:
+        raise _SourceFailed(f"{shown}: {type(exc).__name__}") from exc
+    with resp:
+        if resp.status_code == 416 and have:
+            # Range past the end: the partial file already holds everything the server has
+            total = _content_range_total(resp.headers.get("Content-Range"))
+            if total == have:
+                return 0, True, h
+            part.unlink()
+            raise _SourceFailed(f"{shown}: server rejected the resume (416); partial file deleted, rerun")
+        if resp.status_code >= 400:
+            raise _SourceFailed(f"{shown}: HTTP {resp.status_code} {resp.reason or ''}".rstrip())
+        resumed = have > 0 and resp.status_code == 206
+        if have and not resumed:  # server ignored Range: start over
+            part.unlink()
+            have, h = 0, hashlib.sha256()
+        length = resp.headers.get("Content-Length")
+        total = (have + int(length)) if length and length.isdigit() else item.size
+        advance = _task(bar, item, total, have)
+        n = 0
+        try:
+            with open(part, "ab" if resumed else "wb") as fo:
+                for chunk in resp.iter_content(CHUNK):
+                    fo.write(chunk)
+                    h.update(chunk)
+                    n += len(chunk)
+                    advance(len(chunk))
+        except requests.exceptions.RequestException as exc:
+            raise _SourceFailed(f"{shown}: connection lost after {have + n:,} bytes ({type(exc).__name__}); "
+                                "rerun to resume") from exc
+        if length and length.isdigit() and n != int(length):
+            raise _SourceFailed(f"{shown}: connection closed after {have + n:,} of {have + int(length):,} bytes; "
+                                "rerun to resume")
+    return n, resumed, h
+
+
+def _content_range_total(value: str | None) -> int | None:
+    if value and "/" in value:
+        tail = value.rsplit("/", 1)[1]
+        return int(tail) if tail.isdigit() else None
+    return None
