@@ -205,6 +205,13 @@ class VirtualBoard:
             previous = data["state"]
             data.update(fields)
             data["state"] = state
+            if state != "booted":
+                # A power event (reset, EDL entry, crash, unplug): the supervisor restarts its
+                # boot sequence or console session whenever this counter moves.
+                data["power_seq"] = int(data.get("power_seq", 0)) + 1
+                data.setdefault("event", None)
+                if "event" not in fields:
+                    data["event"] = None
             if state in ("edl", "ramdump"):
                 product = ids["edl_product"] if state == "edl" else ids["ramdump_product"]
                 if previous != state:

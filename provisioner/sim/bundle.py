@@ -146,17 +146,20 @@ def _program(sector_size: int, lun: int, label: str, filename: str, sectors: int
 
 # ---------------------------------------------------------------------------------------------- rootfs
 def _runtime_script(name: str) -> str:
-    """Text of a runtime stand-in executable (D2's ``provisioner.sim.runtime`` when present)."""
-    try:
-        from provisioner.sim import runtime  # noqa: PLC0415 - optional, owned by helper D2
-        fn = getattr(runtime, "stand_in_script", None) or getattr(runtime, "executable_text", None)
-        if fn is not None:
-            return fn(name)
-    except ImportError:
-        pass
+    """Text of a runtime stand-in executable (helper D2's ``provisioner.sim.runtime``)."""
+    from provisioner.sim import runtime
+
+    if name in runtime.RUNTIMES:
+        return runtime.runtime_executable(name)
     return ("#!/bin/sh\n"
-            f"# {name}: placeholder runtime stand-in (provisioner.sim); the real one runs on the NPU.\n"
-            f"echo '{name}: simulated runtime stand-in not installed' >&2\nexit 1\n")
+            f"# {name}: placeholder (provisioner.sim); the real program comes from the meta-edge-llm layer.\n"
+            f"echo '{name}: simulated placeholder' >&2\nexit 1\n")
+
+
+def _stub_lib(name: str, qairt: str) -> bytes:
+    from provisioner.sim import runtime
+
+    return runtime.stub_library(name, qairt)
 
 
 def _write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
@@ -205,13 +208,14 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
     _write(tree, "/etc/group", "root:x:0:\nvideo:x:44:\n"
            f"{layout.FASTRPC_GROUP}:x:990:{user}\n{user}:x:1000:\n")
     (tree / "home" / user).mkdir(parents=True, exist_ok=True)
+    os.chown(tree / "home" / user, 1000, 1000)     # mkfs.ext4 -d keeps owners: the image's llm owns its home
     download_mode = int(image.download_mode)
     _write(tree, CMDLINE_FILE, "root=PARTLABEL=rootfs rw rootwait console=ttyMSM0,115200n8 earlycon "
            f"pcie_pme=nomsi kernel.sched_pelt_multiplier=4 qcom_scm.download_mode={download_mode}\n")
     limits, dropin = _memlock_lines(image.memlock)
     _write(tree, layout.LIMITS_FILE, limits)
     _write(tree, layout.SYSTEMD_MEMLOCK_DROPIN, dropin)
-    _write(tree, layout.FASTRPC_LIB, fake_elf("libcdsprpc.so", 2048), 0o755)
+    _write(tree, layout.FASTRPC_LIB, fake_elf("libcdsprpc.so fastrpc 1.0.6", 2048), 0o755)
     _write(tree, f"/usr/lib/systemd/system/{layout.FASTRPC_SERVICE}",
            "[Unit]\nDescription=cDSP RPC daemon\n\n[Service]\nExecStart=/usr/bin/cdsprpcd\n"
            "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n")
@@ -232,8 +236,9 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
             if f.endswith("genie-t2t-run"):
                 _write(tree, f, _runtime_script("genie-t2t-run"), 0o755)
             else:
-                _write(tree, f, fake_elf(f"QAIRT v{q} {Path(f).name}", 1024) + f"\nqairt_version={q}\n".encode(),
-                       0o755)
+                _write(tree, f, _stub_lib(Path(f).name, q), 0o755)
+        _write(tree, f"{layout.qairt_bin_dir(q)}/qnn-platform-validator", _runtime_script("qnn-platform-validator"),
+               0o755)
         _write(tree, f"{layout.qairt_dir(q)}/sdk.yaml", f"qairt: {q}\n")
     if "litert_lm" in manifest.runtimes:
         base = layout.litert_dir()
@@ -241,7 +246,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
             if f == "bin/litert_lm_main":
                 _write(tree, f"{base}/{f}", _runtime_script("litert_lm_main"), 0o755)
             else:
-                _write(tree, f"{base}/{f}", fake_elf(f"LiteRT-LM {layout.LITERT_REV} {f}", 1024), 0o755)
+                _write(tree, f"{base}/{f}", _stub_lib(Path(f).name, layout.LITERT_QAIRT), 0o755)
         _write(tree, f"{base}/BUILD_INFO", f"litert-lm {layout.LITERT_REV}\nqairt {layout.LITERT_QAIRT}\n"
                "patches: dispatch-lib-dir, htp-burst, qli-soc-guard\n")
     models = []
