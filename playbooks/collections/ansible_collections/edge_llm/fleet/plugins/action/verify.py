@@ -1,0 +1,57 @@
+"""Controller side of edge_llm.fleet.verify: build the probe spec, run the board module once, judge the result.
+
+All board knowledge (layout paths, thresholds, output parsers, the seeds' failure signatures) is in
+provisioner.fleet.checks; this plugin only moves data between it and the board.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+try:
+    from provisioner.fleet import checks
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[7]))
+    from provisioner.fleet import checks
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("expect", "only_model", "smoke_only", "model_dir", "keep_probe"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        try:
+            expect = checks.Expect.from_vars(dict(args.get("expect") or {}))
+        except (ValueError, TypeError) as exc:
+            raise AnsibleActionFail(f"edge_llm_verify: {exc}") from exc
+        except Exception as exc:  # UserError from the catalog (unknown board id)
+            raise AnsibleActionFail(f"edge_llm_verify: {exc}") from exc
+        smoke_only = bool(args.get("smoke_only", False))
+        spec = checks.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
+                                 model_dir_override=args.get("model_dir") or None)
+        raw = self._execute_module(module_name="edge_llm.fleet.verify", module_args={"spec": spec},
+                                   task_vars=task_vars)
+        if raw.get("unreachable"):
+            return raw
+        if raw.get("failed") or "probe" not in raw:
+            result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
+            return result
+        verdict = checks.evaluate(expect, raw["probe"], smoke_only=smoke_only)
+        if args.get("only_model"):
+            verdict["models"] = {k: v for k, v in verdict["models"].items() if k == args["only_model"]}
+        result["changed"] = False
+        result["edge_llm"] = {"kind": "verify", **verdict}
+        if args.get("keep_probe"):
+            result["probe"] = raw["probe"]
+        if not verdict["ok"]:
+            result["failed"] = True
+            result["msg"] = "; ".join(verdict["failures"])
+        else:
+            result["msg"] = f"{len(verdict['checks'])} checks passed"
+        return result

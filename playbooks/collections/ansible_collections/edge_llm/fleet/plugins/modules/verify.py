@@ -1,0 +1,315 @@
+#!/usr/bin/python
+"""Board-side gatherer for edge-llm verify: reads, stats and runs what a spec names, in one call.
+
+The controller (action plugin of the same name, provisioner.fleet.checks) builds the spec from the
+on-board layout and the inventory and judges the result; this module knows nothing about boards,
+so one module call per board is all verify costs.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: verify
+short_description: Gather edge-llm board state and run a smoke inference (one round trip)
+description:
+  - Reads files, stats paths, asks systemctl, reads model metadata (size, sha256 with a cache keyed by
+    inode, size and mtime) and runs the smoke inference argv lists named in O(spec).
+  - Normally called through the action plugin of the same name, which builds O(spec) on the controller from
+    the inventory (edge_llm_* variables) and evaluates the result.
+options:
+  spec:
+    description: What to gather (built by provisioner.fleet.checks.probe_spec).
+    type: dict
+    required: false
+  expect:
+    description: Inventory expectations; consumed by the action plugin, ignored here.
+    type: dict
+    required: false
+  only_model:
+    description: Consumed by the action plugin.
+    type: str
+    required: false
+  smoke_only:
+    description: Consumed by the action plugin.
+    type: bool
+    required: false
+    default: false
+  model_dir:
+    description: Consumed by the action plugin.
+    type: dict
+    required: false
+author: edge-llm provisioner
+"""
+
+EXAMPLES = r"""
+- name: Verify the board
+  edge_llm.fleet.verify:
+    expect: "{{ edge_llm_expect }}"
+"""
+
+RETURN = r"""
+probe:
+  description: Raw state (read, stat, exists, units, models, runs).
+  returned: always
+  type: dict
+"""
+
+import grp  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import mmap  # noqa: E402
+import os  # noqa: E402
+import pwd  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import shutil  # noqa: E402
+import stat  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+CACHE = "/var/cache/edge-llm/sha256.json"
+BUILD_RE = re.compile(rb"v?(2\.\d{1,2}\.\d{1,2}\.\d{6})")
+MAX_READ = 65536
+
+
+def read_text(path):
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_READ)
+    except OSError as exc:
+        return {"content": None, "error": exc.strerror}
+    return {"content": data.decode("utf-8", "replace").rstrip("\n")}
+
+
+def stat_path(path):
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {"exists": False, "error": exc.strerror}
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    kind = "char" if stat.S_ISCHR(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    return {"exists": True, "mode": f"{stat.S_IMODE(st.st_mode):04o}", "owner": owner, "group": group,
+            "size": st.st_size, "type": kind}
+
+
+def systemctl(args):
+    exe = shutil.which("systemctl") or "/bin/systemctl"
+    try:
+        proc = subprocess.run([exe] + args, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    return proc.stdout.strip(), proc.stderr.strip()
+
+
+def lib_build(path):
+    """QAIRT build id carried as text inside a library (what `strings | grep` finds)."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return None
+            with mmap.mmap(fh.fileno(), min(size, 256 << 20), access=mmap.ACCESS_READ) as mm:
+                m = BUILD_RE.search(mm)
+                return m.group(1).decode() if m else None
+    except (OSError, ValueError):
+        return None
+
+
+class HashCache:
+    """sha256 per file, reused while (inode, size, mtime) are unchanged: a 3-5 GB model is hashed once."""
+
+    def __init__(self, enabled, writable):
+        self.enabled = enabled
+        self.writable = writable
+        self.data = {}
+        self.dirty = False
+        if enabled:
+            try:
+                with open(CACHE) as fh:
+                    self.data = json.load(fh)
+            except (OSError, ValueError):
+                self.data = {}
+
+    def sha256(self, path, st):
+        key = os.path.realpath(path)
+        ident = [st.st_ino, st.st_size, st.st_mtime_ns]
+        hit = self.data.get(key)
+        if self.enabled and hit and hit.get("id") == ident:
+            return hit["sha256"], True
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(4 << 20), b""):
+                h.update(chunk)
+        digest = h.hexdigest()
+        self.data[key] = {"id": ident, "sha256": digest}
+        self.dirty = True
+        return digest, False
+
+    def save(self):
+        if not (self.dirty and self.writable):
+            return
+        try:
+            os.makedirs(os.path.dirname(CACHE), exist_ok=True)
+            tmp = CACHE + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(self.data, fh)
+            os.replace(tmp, CACHE)
+        except OSError:
+            pass
+
+
+def model_info(spec, cache):
+    mdir = spec["dir"]
+    out = {"dir": mdir, "exists": os.path.isdir(mdir)}
+    if not out["exists"]:
+        return out
+    resolved = os.path.realpath(mdir)
+    out["resolved"] = resolved
+    out["version"] = os.path.basename(resolved)
+    meta = {}
+    meta_path = os.path.join(mdir, spec.get("meta") or "model.json")
+    try:
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        meta = {}
+    out["meta"] = meta
+    files = {}
+    for root, _dirs, names in os.walk(mdir, followlinks=False):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, mdir)
+            if rel == (spec.get("meta") or "model.json"):
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            entry = {"size": st.st_size}
+            if spec.get("hash"):
+                entry["sha256"], entry["cached"] = cache.sha256(path, st)
+            files[rel] = entry
+    out["files"] = files
+    out["json"] = {}
+    for name in spec.get("json") or []:
+        try:
+            with open(os.path.join(mdir, name)) as fh:
+                out["json"][name] = json.load(fh)
+        except (OSError, ValueError) as exc:
+            out["json"][name] = {"error": str(exc)}
+    return out
+
+
+def qairt_info(spec):
+    out = {"installed": [], "marker": None, "lib_builds": {}}
+    try:
+        out["installed"] = sorted(d for d in os.listdir(spec["root"]) if not d.startswith("."))
+    except OSError:
+        pass
+    marker = read_text(spec["marker"]).get("content")
+    if marker:
+        m = re.search(r"([0-9]+\.[0-9]+\.[0-9]+\.[0-9]{6})", marker)
+        out["marker"] = m.group(1) if m else marker[:64]
+    for lib in spec.get("libs") or []:
+        out["lib_builds"][lib] = lib_build(lib) if os.path.isfile(lib) else None
+    return out
+
+
+def run_one(spec):
+    work = tempfile.mkdtemp(prefix="edge-llm-verify-")
+    try:
+        def sub(text):
+            return text.replace("{work}", work)
+        for path, content in (spec.get("files") or {}).items():
+            with open(sub(path), "w", encoding="utf-8") as fh:
+                fh.write(content)
+        argv = [sub(a) for a in spec["argv"]]
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
+        cwd = spec.get("cwd") if spec.get("cwd") and os.path.isdir(spec["cwd"]) else work
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env, cwd=cwd,
+                                  timeout=float(spec.get("timeout") or 300), check=False)
+        except subprocess.TimeoutExpired:
+            return {"rc": None, "error": "smoke inference timed out after {}s".format(spec.get("timeout"))}
+        except OSError as exc:
+            return {"rc": None, "error": f"cannot run {argv[0]}: {exc.strerror}"}
+        collected = {}
+        for path in spec.get("collect") or []:
+            try:
+                with open(sub(path), encoding="utf-8", errors="replace") as fh:
+                    collected[path] = fh.read(1 << 20)
+            except OSError:
+                collected[path] = None
+        return {"rc": proc.returncode, "stdout": proc.stdout[-20000:], "stderr": proc.stderr[-8000:],
+                "collected": collected}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def gather(spec, check_mode):
+    probe = {"read": {}, "stat": {}, "exists": {}, "units_active": {}, "units_show": {}, "models": {},
+             "qairt": {}, "runs": {}, "groups": {}}
+    for key, path in (spec.get("read") or {}).items():
+        probe["read"][key] = read_text(path)
+    for key, path in (spec.get("stat") or {}).items():
+        probe["stat"][key] = stat_path(path)
+    for key, paths in (spec.get("exists") or {}).items():
+        probe["exists"][key] = [p for p in paths if not os.path.exists(p)]
+    for name in spec.get("group_members") or []:
+        try:
+            probe["groups"][name] = {"exists": True, "members": grp.getgrnam(name).gr_mem}
+        except KeyError:
+            probe["groups"][name] = {"exists": False}
+    for key, unit in (spec.get("units_active") or {}).items():
+        out, _err = systemctl(["is-active", unit])
+        probe["units_active"][key] = out
+    for key, (unit, prop) in (spec.get("units_show") or {}).items():
+        out, _err = systemctl(["show", "-p", prop, unit])
+        value = None
+        if out and "=" in out:
+            value = out.split("=", 1)[1].strip() or None
+        probe["units_show"][key] = value
+    if spec.get("rlimit_memlock"):
+        soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        probe["rlimit_memlock"] = {"soft": "infinity" if soft == resource.RLIM_INFINITY else soft,
+                                   "hard": "infinity" if hard == resource.RLIM_INFINITY else hard}
+    cache = HashCache(enabled=not spec.get("rehash"), writable=not check_mode)
+    for name, mspec in (spec.get("models") or {}).items():
+        probe["models"][name] = model_info(mspec, cache)
+    cache.save()
+    for name, qspec in (spec.get("qairt") or {}).items():
+        probe["qairt"][name] = qairt_info(qspec)
+    for name, rspec in (spec.get("runs") or {}).items():
+        probe["runs"][name] = run_one(rspec)
+    return probe
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"spec": {"type": "dict", "required": False},
+                       "expect": {"type": "dict", "required": False},
+                       "only_model": {"type": "str", "required": False},
+                       "smoke_only": {"type": "bool", "required": False, "default": False},
+                       "model_dir": {"type": "dict", "required": False}},
+        supports_check_mode=True,
+    )
+    spec = module.params.get("spec")
+    if not spec:
+        module.fail_json(msg="edge_llm.fleet.verify needs a spec; call it through the action plugin "
+                             "(plugins/action/verify.py) with expect=")
+    module.exit_json(changed=False, probe=gather(spec, module.check_mode))
+
+
+if __name__ == "__main__":
+    main()

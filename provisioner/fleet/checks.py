@@ -1,0 +1,597 @@
+"""Verify: what to look at on a board (probe spec) and what it means (verdict), both on the controller.
+
+The board side is a dumb gatherer (``playbooks/library/edge_llm_verify.py``): it reads the files,
+stats the paths, asks systemctl and runs the smoke inference named in a *spec*, and returns raw
+JSON in ONE module call. Everything that knows about boards - the on-board paths
+(:mod:`provisioner.layout`), the thresholds, the runtimes' output formats and the seeds' failure
+signatures - stays here, in Python, on the controller. That keeps a 50-board verify at one SSH
+round trip per board and keeps the rules testable without a board.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from provisioner import catalog, layout
+from provisioner.board import edge_llm_serve as serve
+
+MEMLOCK_MIN_BYTES = 2 * 1024**3      # FastRPC pins ~1.17 GB of weights; anything below fails to load
+RLIM_INFINITY_TEXT = "infinity"
+SMOKE_PROMPT = "Explain in two sentences what an NPU is."
+SMOKE_MAX_TOKENS = 128
+SMOKE_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The seed-derived cause of a failure and what to do about it."""
+
+    cause: str
+    remedy: str
+    source: str
+
+
+# symptom key -> diagnosis (notes/boards-and-runtimes.md "Failure signatures", seeds 000-002)
+DIAGNOSES: dict[str, Diagnosis] = {
+    "wrong-board": Diagnosis("the board is not the type its inventory group says",
+                             "move the host to the group of the board it is (or reflash it)", "inventory"),
+    "release": Diagnosis("the board runs another image build than the fleet expects",
+                         "flash the expected release (provisioner station) or update edge_llm_expected_build_id",
+                         "release manifest"),
+    "fastrpc-missing": Diagnosis("FastRPC userspace or device missing: the runtime cannot reach the cDSP "
+                                 "(Genie reports 'Failed to create device: 14001')",
+                                 "install QLI's fastrpc package, enable cdsprpcd.service", "seed 001"),
+    "fastrpc-perms": Diagnosis("/dev/fastrpc-cdsp is not group-accessible to 'fastrpc' (root-only device)",
+                               "chgrp fastrpc /dev/fastrpc-cdsp; chmod 0660 (udev rule from the fastrpc package); "
+                               "add the service user to group fastrpc", "seed 001"),
+    "cdsprpcd": Diagnosis("cdsprpcd.service is not active", "systemctl enable --now cdsprpcd.service", "seed 001"),
+    "qairt-missing": Diagnosis("the model's exact QAIRT build is not installed (host libs and skel must come from "
+                               "the build the context binaries were compiled with)",
+                               "deploy QAIRT <version> (provisioner fleet deploy) or rebuild the image with it",
+                               "notes: exact-version rule"),
+    "qairt-mismatch": Diagnosis("QAIRT on the board differs from the build the model needs (stub/skel or context "
+                                "binary version mismatch)",
+                                "install the exact QAIRT build and point LD_LIBRARY_PATH/ADSP_LIBRARY_PATH at it",
+                                "notes: exact-version rule"),
+    "runtime-missing": Diagnosis("the runtime (litert_lm_main or genie-t2t-run) is not installed where the layout "
+                                 "says", "deploy the runtime (provisioner fleet deploy)", "layout"),
+    "truncated-model": Diagnosis("the model file is truncated or corrupted (LiteRT: 'TF_LITE_PREFILL_DECODE not "
+                                 "found', mmap errors)", "re-download it and check size and sha256 "
+                                 "(provisioner fleet deploy re-fetches it)", "seed 000"),
+    "model-missing": Diagnosis("the model is not installed (no current version)",
+                               "deploy it (provisioner fleet deploy)", "layout"),
+    "soc-model": Diagnosis("htp_backend_ext_config.json / context binaries target another soc_model: loads without "
+                           "error, then garbage after the first tokens",
+                           "export/compile the bundle for this board (soc_model/dsp_arch from the catalog)",
+                           "seed 002"),
+    "garbage": Diagnosis("output right for a token or two, then garbage: context binary compiled with the wrong "
+                         "or generic soc_model (0)",
+                         "recompile with soc_model/dsp_arch set for this board and redeploy", "seed 002"),
+    "memlock": Diagnosis("locked-memory limit too low (QLI default 8 MB); FastRPC must pin ~1.17 GB "
+                         "('Could not allocate persistent weights buffer!', cDSP may crash)",
+                         "LimitMEMLOCK=infinity for the service (limits.conf does not apply to systemd) and "
+                         "'* - memlock unlimited' in limits.d for shells", "seed 000"),
+    "soc-config-14001": Diagnosis("LiteRT forces a SoC custom config that QLI's QNN rejects "
+                                  "('QnnDevice_create ... 14001')",
+                                  "rebuild litert_lm_main with patch 3 (SoC guard)", "seed 000 / notes"),
+    "no-burst": Diagnosis("burst mode never requested on Linux: decode ~16 tok/s, 'Null Qualcomm options'",
+                          "rebuild litert_lm_main with patch 2 (HTP burst on Linux)", "seed 000"),
+    "dispatch-dir": Diagnosis("dispatch library dir not set on Linux ('NPU accelerator could not be loaded')",
+                              "rebuild litert_lm_main with patch 1", "seed 000"),
+    "cpu-backend": Diagnosis("CPU backend asked for an NPU-only model", "run with --backend npu", "seed 000"),
+    "slow": Diagnosis("decode slower than the reference floor", "check burst mode, thermal state and CPU governor; "
+                      "compare like with like (same output length)", "notes: measured speeds"),
+    "ttft": Diagnosis("time to first token above the floor", "check burst mode and that nothing else uses the NPU",
+                      "notes: measured speeds"),
+    "download-mode": Diagnosis("qcom_scm download_mode differs from the fleet policy (1 parks a crashed board in "
+                               "EDL ramdump 900e until power-cycled)",
+                               "echo 0 > /sys/module/qcom_scm/parameters/download_mode, or boot with "
+                               "qcom_scm.download_mode=0", "seed 000"),
+    "smoke-failed": Diagnosis("the smoke inference failed", "read the log tail in the report", "fleet"),
+    "probe": Diagnosis("the board could not be probed", "check SSH access and python3 on the board", "fleet"),
+}
+
+# Log signatures -> diagnosis key, most specific first.
+SIGNATURES: list[tuple[re.Pattern[str], str, str | None]] = [
+    (re.compile(r"Could not allocate persistent weights buffer"), "memlock", None),
+    (re.compile(r"TF_LITE_PREFILL_DECODE not found|failed to mmap|mmap .*failed|truncated", re.I),
+     "truncated-model", None),
+    (re.compile(r"Main backend constraint mismatch"), "cpu-backend", None),
+    (re.compile(r"NPU accelerator could not be loaded|DISPATCH_OP failed to prepare"), "dispatch-dir", None),
+    (re.compile(r"Stub lib id mismatch|stub/skel|skel.*mismatch|version mismatch|QAIRT.*(mismatch|newer|older)|"
+                r"[Cc]ontext binary (was built with|.*(newer|older|incompatible))|Incompatible .*version|"
+                r"createFromBinary failed with error 5001", re.I), "qairt-mismatch", None),
+    (re.compile(r"Failed to set up QNN manager|QnnDevice_create.*14001|14001"), "soc-config-14001", "litert_lm"),
+    (re.compile(r"Failed to create device: 14001|Device Creation failure|14001"), "fastrpc-missing", "genie"),
+    (re.compile(r"Null Qualcomm options"), "no-burst", None),
+]
+
+
+def diagnose_log(text: str, runtime: str) -> str | None:
+    """Diagnosis key for a runtime log (None when no known signature is in it)."""
+    for pattern, key, only in SIGNATURES:
+        if only and only != runtime:
+            continue
+        if pattern.search(text):
+            return key
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Expectations (from inventory variables)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelExpect:
+    name: str
+    kind: str
+    runtime: str
+    qairt: str
+    chat_template: str = "plain"
+    file: str | None = None
+    size: int | None = None
+    sha256: str | None = None
+    version: str | None = None
+    min_decode_tok_s: float | None = None
+    max_ttft_s: float | None = None
+    port: int | None = None
+    system_prompt: str | None = None
+
+    @classmethod
+    def from_vars(cls, data: dict[str, Any]) -> ModelExpect:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names and v is not None}
+        if "runtime" not in kw:
+            kw["runtime"] = "litert_lm" if kw.get("kind") == "litertlm" else "genie"
+        kw["qairt"] = catalog.normalize_qairt(str(kw.get("qairt", "")))
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What one board should look like: its type, release and models (inventory variables)."""
+
+    board: catalog.Board
+    models: tuple[ModelExpect, ...] = ()
+    build_id: str | None = None
+    download_mode: int | None = 0
+    prompt: str = SMOKE_PROMPT
+    max_tokens: int = SMOKE_MAX_TOKENS
+    smoke: bool = True
+    rehash: bool = False
+    serve_user: str = "llm"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_vars(cls, hv: dict[str, Any]) -> Expect:
+        """Build from the ``edge_llm_*`` variables of one host (group_vars + host overrides)."""
+        board_id = hv.get("edge_llm_board")
+        if not board_id:
+            raise ValueError("edge_llm_board is not set for this host: put it in a board group "
+                             "(iq_8275_evk, iq_9075_evk) or set edge_llm_board in host_vars")
+        board = catalog.board(str(board_id))
+        facts = hv.get("edge_llm_board_facts") or {}
+        overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in facts.items()
+                     if k in {f.name for f in dataclasses.fields(catalog.Board)}}
+        if overrides:
+            board = dataclasses.replace(board, **overrides)
+        dm = hv.get("edge_llm_download_mode", 0)
+        return cls(
+            board=board,
+            models=tuple(ModelExpect.from_vars(m) for m in hv.get("edge_llm_models") or []),
+            build_id=hv.get("edge_llm_expected_build_id") or None,
+            download_mode=None if dm in (None, "", "any") else int(dm),
+            prompt=hv.get("edge_llm_verify_prompt") or SMOKE_PROMPT,
+            max_tokens=int(hv.get("edge_llm_verify_max_tokens") or SMOKE_MAX_TOKENS),
+            smoke=bool(hv.get("edge_llm_verify_smoke", True)),
+            rehash=bool(hv.get("edge_llm_verify_rehash", False)),
+            serve_user=hv.get("edge_llm_serve_user") or "llm",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The serve config (shared by launch, the smoke inference and benchmark)
+# ---------------------------------------------------------------------------------------------
+
+
+def serve_config(board: catalog.Board, model: ModelExpect, *, index: int = 0, bind: str = "127.0.0.1",
+                 model_dir: str | None = None) -> dict[str, Any]:
+    """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port)."""
+    env = layout.run_env(board, model.runtime, model.qairt)
+    if model.runtime == "litert_lm":
+        exe = f"{layout.litert_dir()}/bin/litert_lm_main"
+    else:
+        exe = f"{layout.qairt_bin_dir(model.qairt)}/genie-t2t-run"
+    cfg: dict[str, Any] = {
+        "model": model.name,
+        "runtime": model.runtime,
+        "model_dir": model_dir or layout.model_current(model.name),
+        "executable": exe,
+        "chat_template": model.chat_template if model.chat_template in serve.TEMPLATES else "plain",
+        "bind": bind,
+        "port": model.port or layout.SERVE_BASE_PORT + index,
+        "env": env.as_env(),
+    }
+    if model.runtime == "litert_lm":
+        cfg["model_file"] = model.file or f"{model.name}.litertlm"
+    else:
+        cfg["genie_config"] = "genie_config.json"
+    if model.system_prompt:
+        cfg["system_prompt"] = model.system_prompt
+    elif model.chat_template == "llama3" and "nemotron" in model.name:
+        cfg["system_prompt"] = "detailed thinking off"
+    return cfg
+
+
+def smoke_run(board: catalog.Board, model: ModelExpect, prompt: str, max_tokens: int | None,
+              model_dir: str | None = None) -> dict[str, Any]:
+    """argv/env/files for one smoke inference, with ``{work}`` standing for a fresh temp dir on the board."""
+    cfg = serve_config(board, model, model_dir=model_dir)
+    templated = serve.apply_chat_template(cfg["chat_template"], prompt, cfg.get("system_prompt"))
+    argv, files = serve.build_argv(cfg, templated, "{work}", None)
+    return {"argv": argv, "env": cfg["env"], "files": files, "cwd": cfg["model_dir"], "timeout": SMOKE_TIMEOUT_S,
+            "collect": ["{work}/profile.json"] if model.runtime == "genie" else [], "runtime": model.runtime,
+            "max_tokens": max_tokens}
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe spec (controller -> board)
+# ---------------------------------------------------------------------------------------------
+
+
+def probe_spec(expect: Expect, *, only_model: str | None = None, smoke_only: bool = False,
+               model_dir_override: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything the board-side gatherer must read/stat/run for ``expect``, as plain JSON."""
+    b = expect.board
+    overrides = model_dir_override or {}
+    models = [m for m in expect.models if only_model in (None, m.name)]
+    spec: dict[str, Any] = {"read": {}, "stat": {}, "exists": {}, "units_active": {}, "units_show": {},
+                            "rlimit_memlock": True, "models": {}, "runs": {}, "qairt": {},
+                            "rehash": expect.rehash}
+    if not smoke_only:
+        spec["read"] = {
+            "soc0_machine": layout.SOC0_MACHINE, "soc_id": layout.SOC0_SOC_ID, "dt_compatible": layout.DT_COMPATIBLE,
+            "dt_model": layout.DT_MODEL, "os_release": layout.OS_RELEASE, "download_mode": layout.DOWNLOAD_MODE_PARAM,
+            "limits": layout.LIMITS_FILE,
+        }
+        spec["stat"] = {"fastrpc_device": layout.FASTRPC_DEVICE, "fastrpc_lib": layout.FASTRPC_LIB}
+        spec["units_active"] = {"cdsprpcd": layout.FASTRPC_SERVICE}
+        spec["group_members"] = [layout.FASTRPC_GROUP]
+        for m in models:
+            genie = m.runtime == "genie"
+            spec["exists"][f"qairt:{m.name}"] = [layout.qairt_dir(m.qairt)] + layout.qairt_files(b, m.qairt, genie)
+            if m.runtime == "litert_lm":
+                spec["exists"][f"runtime:{m.name}"] = [f"{layout.litert_dir()}/{f}" for f in layout.LITERT_FILES]
+            host = layout.qairt_host_lib_dir(b, m.qairt)
+            skel = f"{layout.qairt_skel_dir(b, m.qairt)}/{b.skel_lib}"
+            spec["qairt"][m.name] = {"root": layout.QAIRT_ROOT, "marker": f"{layout.qairt_dir(m.qairt)}/sdk.yaml",
+                                     "libs": [f"{host}/libQnnHtp.so", skel]}
+            unit = layout.SERVE_UNIT.replace("@.", f"@{m.name}.")
+            spec["units_show"][f"memlock:{m.name}"] = [unit, "LimitMEMLOCK"]
+    for m in models:
+        mdir = overrides.get(m.name, layout.model_current(m.name))
+        if not smoke_only:
+            spec["models"][m.name] = {"dir": mdir, "meta": layout.MODEL_META,
+                                      "json": ["htp_backend_ext_config.json"] if m.runtime == "genie" else [],
+                                      "hash": True}
+        if expect.smoke:
+            spec["runs"][m.name] = smoke_run(b, m, expect.prompt, expect.max_tokens, model_dir=mdir)
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdict (board -> controller)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+    diagnosis: str | None = None       # key into DIAGNOSES
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"check": self.name, "ok": self.ok, "detail": self.detail}
+        if not self.ok and self.diagnosis:
+            diag = DIAGNOSES[self.diagnosis]
+            d.update(diagnosis=self.diagnosis, cause=diag.cause, remedy=diag.remedy, source=diag.source)
+        return d
+
+
+def _os_release(text: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip().strip('"').strip("'")
+    return out
+
+
+def _read(probe: dict[str, Any], key: str) -> str | None:
+    item = (probe.get("read") or {}).get(key)
+    if isinstance(item, dict):
+        return item.get("content")
+    return item
+
+
+def _mode(stat: dict[str, Any]) -> int:
+    try:
+        return int(str(stat.get("mode", "0")), 8)
+    except ValueError:
+        return 0
+
+
+def _memlock_ok(value: Any) -> bool:
+    if value is None:
+        return False
+    text = str(value).strip().lower()
+    if text in (RLIM_INFINITY_TEXT, "unlimited", "-1", "18446744073709551615"):
+        return True
+    try:
+        return int(text) >= MEMLOCK_MIN_BYTES
+    except ValueError:
+        return False
+
+
+def _human_memlock(value: Any) -> str:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if n >= 1024**2:
+        return f"{n // 1024**2} MiB"
+    return f"{n // 1024} KiB" if n >= 1024 else f"{n} B"
+
+
+def identity_checks(expect: Expect, probe: dict[str, Any]) -> list[Check]:
+    b = expect.board
+    machine = (_read(probe, "soc0_machine") or "").strip()
+    soc_id_text = (_read(probe, "soc_id") or "").strip()
+    compat = [c for c in (_read(probe, "dt_compatible") or "").replace("\x00", "\n").splitlines() if c]
+    problems = []
+    if machine != b.soc0_machine:
+        problems.append(f"soc0 machine {machine or '(missing)'} != {b.soc0_machine}")
+    if soc_id_text != str(b.soc_id):
+        problems.append(f"soc_id {soc_id_text or '(missing)'} != {b.soc_id}")
+    if not set(compat) & set(b.dt_compatible):
+        problems.append(f"DT compatible {compat or '(missing)'} has none of {list(b.dt_compatible)}")
+    if not problems:
+        return [Check("identity", True, f"{machine} soc_id {soc_id_text} ({b.id})")]
+    actual = [o.id for o in catalog.boards().values() if o.id != b.id and (o.soc0_machine == machine
+                                                                           or str(o.soc_id) == soc_id_text)]
+    detail = "; ".join(problems)
+    if actual:
+        detail += f" - this is an {actual[0]}, inventory says {b.id}"
+    return [Check("identity", False, detail, "wrong-board")]
+
+
+def evaluate(expect: Expect, probe: dict[str, Any], *, smoke_only: bool = False) -> dict[str, Any]:
+    """Turn the raw probe into checks, figures and a verdict (the per-board report row)."""
+    b = expect.board
+    checks: list[Check] = []
+    figures: dict[str, dict[str, Any]] = {}
+    osr = _os_release(_read(probe, "os_release"))
+    build_id = osr.get("BUILD_ID")
+    if not smoke_only:
+        checks += identity_checks(expect, probe)
+        if expect.build_id:
+            checks.append(Check("release", build_id == expect.build_id,
+                                f"BUILD_ID {build_id or '(missing)'}" + ("" if build_id == expect.build_id
+                                                                         else f" != {expect.build_id}"), "release"))
+        else:
+            checks.append(Check("release", bool(build_id), f"BUILD_ID {build_id or '(missing)'}", "release"))
+        checks += _fastrpc_checks(probe)
+        checks += _limits_checks(expect, probe)
+        checks += _download_mode_check(expect, probe)
+    for m in expect.models:
+        if not smoke_only:
+            checks += _model_checks(expect, m, probe)
+        run = (probe.get("runs") or {}).get(m.name)
+        if run is not None:
+            c, fig = smoke_check(m, run)
+            checks.append(c)
+            figures[m.name] = fig
+    failed = [c for c in checks if not c.ok]
+    return {
+        "ok": not failed,
+        "board": b.id,
+        "release": build_id,
+        "qairt": sorted({m.qairt for m in expect.models}),
+        "models": figures,
+        "checks": [c.as_dict() for c in checks],
+        "failures": [f"{c.name}: {c.detail}" + (f" -> {DIAGNOSES[c.diagnosis].remedy}" if c.diagnosis else "")
+                     for c in failed],
+        "reason": "; ".join(f"{c.name}: {c.detail}" for c in failed[:3]),
+    }
+
+
+def _fastrpc_checks(probe: dict[str, Any]) -> list[Check]:
+    stats = probe.get("stat") or {}
+    dev = stats.get("fastrpc_device") or {}
+    lib = stats.get("fastrpc_lib") or {}
+    out: list[Check] = []
+    if not dev.get("exists"):
+        out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} missing", "fastrpc-missing"))
+    else:
+        mode = _mode(dev)
+        if dev.get("group") != layout.FASTRPC_GROUP or mode & 0o060 != 0o060:
+            out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} is {dev.get('owner')}:{dev.get('group')} "
+                                               f"{oct(mode & 0o7777)} (want group {layout.FASTRPC_GROUP}, 0660)",
+                             "fastrpc-perms"))
+        elif not (probe.get("groups") or {}).get(layout.FASTRPC_GROUP, {}).get("exists", True):
+            out.append(Check("fastrpc", False, f"group {layout.FASTRPC_GROUP} missing", "fastrpc-perms"))
+    if not lib.get("exists"):
+        out.append(Check("fastrpc", False, f"{layout.FASTRPC_LIB} missing", "fastrpc-missing"))
+    active = (probe.get("units_active") or {}).get("cdsprpcd")
+    if active != "active":
+        out.append(Check("fastrpc", False, f"{layout.FASTRPC_SERVICE} is {active or 'unknown'}", "cdsprpcd"))
+    if not out:
+        out.append(Check("fastrpc", True, f"{layout.FASTRPC_DEVICE} {dev.get('group')} {oct(_mode(dev) & 0o777)}, "
+                                          f"libcdsprpc.so, cdsprpcd active"))
+    return out
+
+
+def _limits_checks(expect: Expect, probe: dict[str, Any]) -> list[Check]:
+    out: list[Check] = []
+    shows = probe.get("units_show") or {}
+    for m in expect.models:
+        val = shows.get(f"memlock:{m.name}")
+        ok = _memlock_ok(val)
+        out.append(Check(f"memlock-service:{m.name}", ok,
+                         f"LimitMEMLOCK={val if val is not None else '(unit not found)'}"
+                         + ("" if ok else " (want infinity)"), "memlock"))
+    root = probe.get("rlimit_memlock") or {}
+    soft = root.get("soft")
+    ok = _memlock_ok(soft)
+    shown = "unlimited" if soft in (-1, "infinity") else _human_memlock(soft)
+    out.append(Check("memlock-root", ok, f"root ulimit -l {shown}" + ("" if ok else " (want unlimited)"), "memlock"))
+    return out
+
+
+def _download_mode_check(expect: Expect, probe: dict[str, Any]) -> list[Check]:
+    raw = _read(probe, "download_mode")
+    value = raw.strip() if raw is not None else None
+    if expect.download_mode is None:
+        return [Check("download-mode", True, f"download_mode={value} (no policy)")]
+    if value is None:
+        return [Check("download-mode", False, f"{layout.DOWNLOAD_MODE_PARAM} not readable", "download-mode")]
+    ok = value == str(expect.download_mode)
+    return [Check("download-mode", ok, f"download_mode={value}" + ("" if ok else f" (policy {expect.download_mode})"),
+                  "download-mode")]
+
+
+def _model_checks(expect: Expect, m: ModelExpect, probe: dict[str, Any]) -> list[Check]:
+    b = expect.board
+    out: list[Check] = []
+    missing = (probe.get("exists") or {}).get(f"qairt:{m.name}") or []
+    info = (probe.get("models") or {}).get(m.name) or {}
+    meta = info.get("meta") or {}
+    q = (probe.get("qairt") or {}).get(m.name) or {}
+    on_board_qairt = catalog.normalize_qairt(str(meta.get("qairt"))) if meta.get("qairt") else None
+    wrong_libs = {os.path.basename(p): v for p, v in (q.get("lib_builds") or {}).items() if v and v != m.qairt}
+    if layout.qairt_dir(m.qairt) in missing:
+        others = ", ".join(q.get("installed") or []) or "none"
+        out.append(Check(f"qairt:{m.name}", False, f"QAIRT {m.qairt} not installed (found: {others})",
+                         "qairt-missing"))
+    elif missing:
+        out.append(Check(f"qairt:{m.name}", False, f"QAIRT {m.qairt} incomplete: missing {', '.join(missing[:3])}",
+                         "qairt-missing"))
+    elif wrong_libs:
+        lib, ver = next(iter(wrong_libs.items()))
+        out.append(Check(f"qairt:{m.name}", False, f"{layout.qairt_dir(m.qairt)}: {lib} is from QAIRT {ver}, "
+                                                   f"the model needs {m.qairt}", "qairt-mismatch"))
+    elif q.get("marker") and catalog.normalize_qairt(q["marker"]) != m.qairt:
+        out.append(Check(f"qairt:{m.name}", False, f"{layout.qairt_dir(m.qairt)} holds QAIRT {q['marker']}",
+                         "qairt-mismatch"))
+    elif on_board_qairt and on_board_qairt != m.qairt:
+        out.append(Check(f"qairt:{m.name}", False, f"model on board was built for QAIRT {on_board_qairt}, "
+                                                   f"the fleet pins {m.qairt}", "qairt-mismatch"))
+    else:
+        out.append(Check(f"qairt:{m.name}", True, f"QAIRT {m.qairt} (host libs + {b.qairt_skel_dir})"))
+    rmissing = (probe.get("exists") or {}).get(f"runtime:{m.name}") or []
+    if rmissing:
+        out.append(Check(f"runtime:{m.name}", False, f"missing {', '.join(rmissing[:2])}", "runtime-missing"))
+    out += _model_file_checks(m, info)
+    if m.runtime == "genie":
+        out.append(_genie_config_check(b, m, info))
+    return out
+
+
+def _model_file_checks(m: ModelExpect, info: dict[str, Any]) -> list[Check]:
+    name = f"model:{m.name}"
+    if not info or not info.get("exists"):
+        return [Check(name, False, f"{layout.model_current(m.name)} missing", "model-missing")]
+    meta = info.get("meta") or {}
+    files = info.get("files") or {}
+    if not files:
+        return [Check(name, False, f"no files in {info.get('resolved')}", "model-missing")]
+    problems = []
+    if m.runtime == "litert_lm":
+        main = m.file or meta.get("file") or next((f for f in files if f.endswith(".litertlm")), None)
+        if main not in files:
+            return [Check(name, False, f"{main} missing in {info.get('resolved')}", "model-missing")]
+        want_size = m.size or meta.get("size")
+        want_sha = m.sha256 or meta.get("sha256")
+        got = files[main]
+        if want_size and got.get("size") != int(want_size):
+            problems.append(f"{main} is {got.get('size')} bytes, expected {want_size}")
+        elif want_sha and got.get("sha256") and got["sha256"] != want_sha:
+            problems.append(f"{main} sha256 {got['sha256'][:12]}... != {want_sha[:12]}...")
+    else:
+        listed = [e if isinstance(e, dict) else {"name": e} for e in meta.get("files") or []]
+        for entry in listed:
+            fname = entry.get("name") or entry.get("path")
+            got = files.get(fname)
+            if got is None:
+                problems.append(f"{fname} missing")
+            elif entry.get("size") is not None and got.get("size") != int(entry["size"]):
+                problems.append(f"{fname} is {got.get('size')} bytes, expected {entry['size']}")
+            elif entry.get("sha256") and got.get("sha256") and got["sha256"] != entry["sha256"]:
+                problems.append(f"{fname} sha256 mismatch")
+        total = sum(int(files[e.get("name")].get("size") or 0) for e in listed if e.get("name") in files)
+        want_total = m.size or meta.get("size")
+        if not problems and listed and want_total and total != int(want_total):
+            problems.append(f"bundle is {total} bytes, expected {want_total}")
+        if m.sha256 and meta.get("sha256") and meta["sha256"] != m.sha256:
+            problems.append(f"bundle {meta['sha256'][:12]}... is not the pinned {m.sha256[:12]}...")
+    if problems:
+        return [Check(name, False, "; ".join(problems[:3]), "truncated-model")]
+    version = info.get("version")
+    if m.version and version and version != m.version:
+        return [Check(name, False, f"current is version {version}, expected {m.version}", "model-missing")]
+    total = sum(int(f.get("size") or 0) for f in files.values())
+    return [Check(name, True, f"{version or '?'}: {len(files)} file(s), {total} bytes, sha256 ok")]
+
+
+def _genie_config_check(b: catalog.Board, m: ModelExpect, info: dict[str, Any]) -> Check:
+    name = f"genie-config:{m.name}"
+    cfg = (info.get("json") or {}).get("htp_backend_ext_config.json")
+    if not isinstance(cfg, dict):
+        return Check(name, False, "htp_backend_ext_config.json missing or unreadable: bundle is unsafe", "soc-model")
+    devices = cfg.get("devices") or [{}]
+    dev = devices[0] if isinstance(devices[0], dict) else {}
+    soc_model, arch = dev.get("soc_model"), dev.get("dsp_arch")
+    if soc_model != b.qnn_soc_model or str(arch).lower() != b.hexagon_arch:
+        return Check(name, False, f"soc_model {soc_model}/dsp_arch {arch}, board needs {b.qnn_soc_model}/"
+                                  f"{b.hexagon_arch}", "soc-model")
+    return Check(name, True, f"soc_model {soc_model}, dsp_arch {arch}")
+
+
+def smoke_check(m: ModelExpect, run: dict[str, Any]) -> tuple[Check, dict[str, Any]]:
+    """Judge one smoke inference: exit status, figures vs floors, coherent text, log signatures."""
+    name = f"smoke:{m.name}"
+    stdout = run.get("stdout") or ""
+    log = stdout + "\n" + (run.get("stderr") or "")
+    profile = (run.get("collected") or {}).get("{work}/profile.json")
+    parsed = serve.parse_run(m.runtime, stdout, profile)
+    fig = {k: parsed.get(k) for k in ("decode_tok_s", "ttft_s", "prefill_tok_s", "decode_tokens", "init_s")}
+    fig["min_decode_tok_s"] = m.min_decode_tok_s
+    fig["max_ttft_s"] = m.max_ttft_s
+    fig["text"] = (parsed.get("text") or "")[:200]
+    if run.get("error"):
+        return Check(name, False, str(run["error"]), "smoke-failed"), fig
+    if run.get("rc") != 0:
+        key = diagnose_log(log, m.runtime) or "smoke-failed"
+        last = [ln for ln in log.strip().splitlines() if ln.strip()][-1:] or ["(no output)"]
+        return Check(name, False, f"exit {run.get('rc')}: {last[0][:160]}", key), fig
+    if not parsed.get("has_benchmark") or parsed.get("decode_tok_s") is None:
+        key = diagnose_log(log, m.runtime) or "smoke-failed"
+        return Check(name, False, "no timing figures in the output (BenchmarkInfo / profile missing)", key), fig
+    ok_text, why = serve.coherence(parsed.get("text") or "")
+    if not ok_text:
+        return Check(name, False, f"incoherent output ({why}): {fig['text'][:60]!r}", "garbage"), fig
+    dec, ttft = parsed["decode_tok_s"], parsed.get("ttft_s")
+    if m.min_decode_tok_s is not None and dec < m.min_decode_tok_s:
+        key = "no-burst" if (m.runtime == "litert_lm" and ("Null Qualcomm options" in log or
+                                                           "HtpPerformanceMode: 2" not in log
+                                                           and "Set HTP performance mode: 2" not in log)) else "slow"
+        return Check(name, False, f"decode {dec} tok/s < {m.min_decode_tok_s}", key), fig
+    if m.max_ttft_s is not None and ttft is not None and ttft > m.max_ttft_s:
+        return Check(name, False, f"TTFT {ttft} s > {m.max_ttft_s} s", "ttft"), fig
+    return Check(name, True, f"decode {dec} tok/s, TTFT {ttft} s, coherent"), fig

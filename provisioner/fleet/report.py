@@ -1,0 +1,178 @@
+"""Fleet report: one row per board (type, release, QAIRT, decode vs expected, verdict, reason) + JSON/CSV.
+
+Built from a :class:`~provisioner.fleet.runner.FleetRun` and the inventory's host list, so boards
+that never answered (unreachable, or not reached because the run stopped) are still listed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.fleet.inventory import Host, atomic_write
+from provisioner.fleet.runner import FleetRun, HostOutcome
+
+COLUMNS = ("board", "type", "release", "qairt", "decode tok/s", "expected", "ttft s", "verdict", "reason")
+
+
+@dataclass
+class BoardRow:
+    board: str
+    type: str | None
+    address: str | None
+    verdict: str                          # pass | fail | unreachable | not-run
+    reason: str = ""
+    release: str | None = None
+    qairt: list[str] = field(default_factory=list)
+    decode_tok_s: float | None = None
+    expected_decode_tok_s: float | None = None
+    ttft_s: float | None = None
+    changed: int = 0
+    bytes_downloaded: int = 0
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    models: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def cells(self) -> list[str]:
+        dec = f"{self.decode_tok_s:.1f}" if self.decode_tok_s is not None else "-"
+        exp = f">= {self.expected_decode_tok_s:g}" if self.expected_decode_tok_s is not None else "-"
+        ttft = f"{self.ttft_s:.3f}" if self.ttft_s is not None else "-"
+        return [self.board, self.type or "?", self.release or "-", ",".join(self.qairt) or "-", dec, exp, ttft,
+                self.verdict, self.reason]
+
+
+@dataclass
+class FleetReport:
+    action: str
+    inventory: str
+    duration_s: float
+    rows: list[BoardRow]
+    returncode: int
+    log_path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.verdict == "pass" for r in self.rows) and bool(self.rows)
+
+    def row(self, board: str) -> BoardRow:
+        for r in self.rows:
+            if r.board == board:
+                return r
+        raise KeyError(board)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r.verdict] = out.get(r.verdict, 0) + 1
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "inventory": self.inventory, "duration_s": self.duration_s,
+                "ok": self.ok, "counts": self.counts, "returncode": self.returncode, "log": self.log_path,
+                "boards": [asdict(r) for r in self.rows]}
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["board", "type", "address", "release", "qairt", "decode_tok_s", "expected_decode_tok_s",
+                    "ttft_s", "verdict", "reason", "changed", "bytes_downloaded"])
+        for r in self.rows:
+            w.writerow([r.board, r.type or "", r.address or "", r.release or "", " ".join(r.qairt),
+                        "" if r.decode_tok_s is None else r.decode_tok_s,
+                        "" if r.expected_decode_tok_s is None else r.expected_decode_tok_s,
+                        "" if r.ttft_s is None else r.ttft_s, r.verdict, r.reason, r.changed, r.bytes_downloaded])
+        return buf.getvalue()
+
+    def write(self, path: Path) -> Path:
+        """JSON, or CSV when the name ends in .csv (written atomically)."""
+        path = Path(path)
+        text = self.to_csv() if path.suffix.lower() == ".csv" else json.dumps(self.as_dict(), indent=2,
+                                                                              sort_keys=True, default=str) + "\n"
+        atomic_write(path, text)
+        return path
+
+
+def _first_model(payload: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    models = payload.get("models") or {}
+    decs, exps, ttfts = [], [], []
+    for fig in models.values():
+        if fig.get("decode_tok_s") is not None:
+            decs.append(float(fig["decode_tok_s"]))
+        if fig.get("min_decode_tok_s") is not None:
+            exps.append(float(fig["min_decode_tok_s"]))
+        if fig.get("ttft_s") is not None:
+            ttfts.append(float(fig["ttft_s"]))
+    return (min(decs) if decs else None, min(exps) if exps else None, max(ttfts) if ttfts else None)
+
+
+def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardRow:
+    hv = host.vars if host else {}
+    row = BoardRow(board=name, type=hv.get("edge_llm_board"), address=host.address if host else None,
+                   verdict="not-run")
+    if outcome is None:
+        row.reason = "not reached (no task ran on this board)"
+        return row
+    row.changed = outcome.changed
+    row.bytes_downloaded = outcome.bytes_downloaded
+    verify = outcome.payload("verify")
+    bench = outcome.payload("benchmark")
+    if verify:
+        row.release = verify.get("release")
+        row.qairt = list(verify.get("qairt") or [])
+        row.checks = list(verify.get("checks") or [])
+        row.models = dict(verify.get("models") or {})
+        row.decode_tok_s, row.expected_decode_tok_s, row.ttft_s = _first_model(verify)
+        row.type = row.type or verify.get("board")
+    if bench:
+        row.details["benchmark"] = bench.get("benchmark")
+        meds = [b.get("median_decode_tok_s") for b in (bench.get("benchmark") or {}).values()
+                if b.get("median_decode_tok_s") is not None]
+        ttfts = [b.get("median_ttft_s") for b in (bench.get("benchmark") or {}).values()
+                 if b.get("median_ttft_s") is not None]
+        if meds:
+            row.decode_tok_s = min(meds)
+        if ttfts:
+            row.ttft_s = max(ttfts)
+    deploys = [p for p in outcome.payloads if p.get("kind") in ("deploy", "rollback", "launch")]
+    if deploys:
+        row.details["steps"] = deploys
+    if outcome.status == "unreachable":
+        row.verdict = "unreachable"
+        row.reason = _short(outcome.msg)
+    elif outcome.status == "failed":
+        row.verdict = "fail"
+        row.reason = (verify.get("reason") if verify and not verify.get("ok") else "") or \
+            f"{outcome.failed_task}: {_short(outcome.msg)}"
+    else:
+        row.verdict = "pass"
+        row.reason = ""
+    return row
+
+
+def _short(msg: str, n: int = 240) -> str:
+    one = " ".join(str(msg).split())
+    return one if len(one) <= n else one[: n - 3] + "..."
+
+
+def build_report(run: FleetRun, hosts: list[Host] | None = None) -> FleetReport:
+    """Rows for every inventory host (in inventory order), then any host only the run knew about."""
+    rows = []
+    seen = set()
+    for h in hosts or []:
+        rows.append(row_for(h.name, h, run.hosts.get(h.name)))
+        seen.add(h.name)
+    for name, outcome in run.hosts.items():
+        if name not in seen:
+            rows.append(row_for(name, None, outcome))
+    return FleetReport(action=run.action, inventory=run.inventory, duration_s=run.duration_s, rows=rows,
+                       returncode=run.returncode, log_path=run.log_path)
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None

@@ -1,0 +1,217 @@
+"""Run the fleet playbooks with ansible-playbook and collect per-board outcomes.
+
+ansible-playbook runs from an argv list through :func:`provisioner.process.run_streaming` with our
+JSON-lines stdout callback (``edge_llm.fleet.events``), so every task result arrives as one
+structured line: the runner turns them into live progress events and a :class:`FleetRun`. All
+Ansible settings that matter for speed (pipelining, ControlPersist, forks) are passed through the
+environment, so the same playbooks also run by hand from ``playbooks/`` with ``ansible.cfg``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import FleetError
+from provisioner.fleet.inventory import PLAYBOOK_DIR
+from provisioner.process import run_streaming, which
+
+ACTIONS = {
+    "verify": "verify.yml",
+    "deploy": "deploy.yml",
+    "launch": "launch.yml",
+    "rollback": "rollback.yml",
+    "benchmark": "benchmark.yml",
+}
+DEFAULT_FORKS = 50
+CALLBACK = "edge_llm.fleet.events"
+
+
+@dataclass
+class HostOutcome:
+    """What happened to one board in one playbook run."""
+
+    name: str
+    status: str = "ok"                 # ok | failed | unreachable | skipped (never reached a task)
+    msg: str = ""
+    failed_task: str | None = None
+    changed: int = 0
+    tasks: int = 0
+    bytes_downloaded: int = 0
+    payloads: list[dict[str, Any]] = field(default_factory=list)   # edge_llm payloads (verify, deploy, bench)
+
+    def payload(self, kind: str) -> dict[str, Any] | None:
+        for p in reversed(self.payloads):
+            if p.get("kind") == kind:
+                return p
+        return None
+
+
+@dataclass
+class FleetRun:
+    action: str
+    inventory: str
+    argv: list[str]
+    returncode: int
+    duration_s: float
+    hosts: dict[str, HostOutcome]
+    stats: dict[str, dict[str, int]]
+    log_path: str | None
+    other_lines: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[str]:
+        return [h for h, o in self.hosts.items() if o.status == "failed"]
+
+    @property
+    def unreachable(self) -> list[str]:
+        return [h for h, o in self.hosts.items() if o.status == "unreachable"]
+
+
+def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = None,
+                playbook_dir: Path = PLAYBOOK_DIR) -> dict[str, str]:
+    """Environment for ansible-playbook: our collection, roles, callback and the speed settings."""
+    env = dict(base if base is not None else os.environ)
+    coll = [str(playbook_dir / "collections")]
+    if env.get("ANSIBLE_COLLECTIONS_PATH"):
+        coll.append(env["ANSIBLE_COLLECTIONS_PATH"])
+    cp_dir = Path(tempfile.gettempdir()) / f"elcp-{os.getuid()}"   # short: ControlPath sockets max ~104 chars
+    cp_dir.mkdir(mode=0o700, exist_ok=True)
+    env.update({
+        "ANSIBLE_CONFIG": str(playbook_dir / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": ":".join(coll),
+        "ANSIBLE_ROLES_PATH": str(playbook_dir / "roles"),
+        "ANSIBLE_STDOUT_CALLBACK": CALLBACK,
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "ANSIBLE_PIPELINING": "1",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp_dir),
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_PYTHON_INTERPRETER": env.get("ANSIBLE_PYTHON_INTERPRETER", "auto_silent"),
+        "ANSIBLE_FORKS": str(forks or DEFAULT_FORKS),
+        "ANSIBLE_DEPRECATION_WARNINGS": "0",
+        "ANSIBLE_SYSTEM_WARNINGS": "0",
+    })
+    return env
+
+
+def build_argv(action: str, inventory: Path | str, *, limit: str | None = None, extra_vars_file: Path | None = None,
+               extra_args: Iterable[str] = (), check: bool = False, tags: str | None = None,
+               playbook_dir: Path = PLAYBOOK_DIR) -> list[str]:
+    if action not in ACTIONS:
+        raise FleetError(f"unknown fleet action '{action}'", f"use one of: {', '.join(ACTIONS)}")
+    exe = which("ansible-playbook", "ansible-playbook", "pip install ansible-core")
+    argv = [exe, "-i", str(inventory), str(playbook_dir / ACTIONS[action])]
+    if limit:
+        argv += ["--limit", limit]
+    if extra_vars_file:
+        argv += ["-e", f"@{extra_vars_file}"]
+    for e in extra_args:
+        argv += ["-e", e]
+    if check:
+        argv.append("--check")
+    if tags:
+        argv += ["--tags", tags]
+    return argv
+
+
+class EventCollector:
+    """Folds the callback's JSON lines into per-host outcomes; forwards each event to ``on_event``."""
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.hosts: dict[str, HostOutcome] = {}
+        self.stats: dict[str, dict[str, int]] = {}
+        self.other: list[str] = []
+        self.on_event = on_event
+
+    def line(self, text: str) -> None:
+        event = None
+        if text.startswith("{"):
+            try:
+                event = json.loads(text)
+            except ValueError:
+                event = None
+        if not isinstance(event, dict) or "event" not in event:
+            if text.strip():
+                self.other.append(text)
+                if len(self.other) > 200:
+                    del self.other[0]
+                if self.on_event:
+                    self.on_event({"event": "output", "line": text})
+            return
+        self.feed(event)
+
+    def feed(self, event: dict[str, Any]) -> None:
+        kind = event["event"]
+        if kind == "host":
+            o = self.hosts.setdefault(event["host"], HostOutcome(event["host"]))
+            status = event.get("status")
+            o.tasks += 1
+            if event.get("changed"):
+                o.changed += 1
+            o.bytes_downloaded += int(event.get("bytes_downloaded") or 0)
+            payload = event.get("edge_llm")
+            if isinstance(payload, dict):
+                o.payloads.append(payload)
+            if status == "unreachable":
+                o.status = "unreachable"
+                o.msg = event.get("msg") or "unreachable"
+                o.failed_task = event.get("task")
+            elif status == "failed" and not event.get("ignored") and o.status != "unreachable":
+                o.status = "failed"
+                o.msg = event.get("msg") or event.get("stderr") or "failed"
+                o.failed_task = event.get("task")
+        elif kind == "stats":
+            self.stats = event.get("hosts") or {}
+            for h, s in self.stats.items():
+                o = self.hosts.setdefault(h, HostOutcome(h))
+                if s.get("unreachable"):
+                    o.status = "unreachable"
+                elif s.get("failures") and o.status == "ok":
+                    o.status = "failed"
+        if self.on_event:
+            self.on_event(event)
+
+
+def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None,
+                 extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (), check: bool = False,
+                 tags: str | None = None, forks: int | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None, log_path: Path | None = None,
+                 timeout_s: float | None = None, env: Mapping[str, str] | None = None,
+                 playbook_dir: Path = PLAYBOOK_DIR) -> FleetRun:
+    """Run one fleet playbook over ``inventory``; never raises for failing boards (see FleetRun)."""
+    inv = Path(inventory)
+    if not inv.exists():
+        raise FleetError(f"inventory {inv}: no such file or directory",
+                         "pass -i with an Ansible inventory (see inventory/example.yml)")
+    collector = EventCollector(on_event)
+    with tempfile.TemporaryDirectory(prefix="edge-llm-fleet-") as tmp:
+        ev_file = None
+        if extra_vars:
+            ev_file = Path(tmp) / "extra_vars.json"
+            ev_file.write_text(json.dumps(dict(extra_vars)), encoding="utf-8")
+        argv = build_argv(action, inv, limit=limit, extra_vars_file=ev_file, extra_args=extra_args, check=check,
+                          tags=tags, playbook_dir=playbook_dir)
+        started = time.monotonic()
+        res = run_streaming(argv, on_line=collector.line, log_path=log_path,
+                            env=ansible_env(forks=forks, base=env, playbook_dir=playbook_dir), timeout_s=timeout_s)
+    run = FleetRun(action=action, inventory=str(inv), argv=argv, returncode=res.returncode,
+                   duration_s=round(time.monotonic() - started, 2), hosts=collector.hosts, stats=collector.stats,
+                   log_path=str(log_path) if log_path else None, other_lines=collector.other)
+    if res.timed_out:
+        raise FleetError(f"ansible-playbook {ACTIONS[action]} timed out after {timeout_s:.0f} s",
+                         "raise --timeout or check the boards that did not answer")
+    if not collector.stats and res.returncode != 0:
+        # ansible failed before any board ran: syntax error, bad inventory, missing collection...
+        tail = [ln for ln in collector.other if ln.strip()][-3:] or list(res.tail[-3:])
+        raise FleetError(f"ansible-playbook {ACTIONS[action]} failed before reaching the boards: "
+                         f"{' | '.join(t.strip() for t in tail)[:400]}",
+                         "fix the inventory/extra vars named above (ansible-playbook --syntax-check helps)")
+    return run
