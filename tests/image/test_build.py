@@ -1,0 +1,332 @@
+"""`provisioner build` against the REAL kas-container script with a recording stand-in engine.
+
+No container engine exists here, so a small script named ``docker`` (and ``podman``) sits first
+on PATH: it answers the queries kas-container makes, records the ``run`` command line, replays a
+recorded bitbake output and drops a flash bundle into the mounted build folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.errors import BuildError
+from provisioner.image import build as B
+from provisioner.manifest import load_manifest
+from tests.image.test_release import make_bundle, make_tarball
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "bitbake"
+STANDIN = FIX / "standin_engine.py"
+BUNDLE = "qcom-multimedia-image-iq-8275-evk"
+
+
+def tiny_render(manifest, out_dir: Path):
+    """Stand-in for helper B's render() until it lands: one kas file with the same shape."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kas = out_dir / "edge-llm.yml"
+    kas.write_text(f"header:\n  version: 14\nmachine: {manifest.board.kas_machine}\n"
+                   "target: qcom-multimedia-image\n")
+    return SimpleNamespace(kas_file=kas, files=[kas], plan=SimpleNamespace(image="qcom-multimedia-image"))
+
+
+@pytest.fixture
+def renderer(monkeypatch):
+    try:
+        from provisioner.image.render import render  # noqa: F401  helper B's, once committed
+        return None
+    except ImportError:
+        return tiny_render
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """PATH with the stand-in engines first; recording file; a bundle the 'build' produces."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("docker", "podman"):
+        (bindir / name).symlink_to(STANDIN)
+    record = tmp_path / "record.jsonl"
+    tarball = make_tarball(make_bundle(tmp_path / "deploy-src"), tmp_path / f"{BUNDLE}.rootfs.qcomflash.tar.gz")
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("KAS_ALLOW_ROOT", "yes")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KAS_CONTAINER_ENGINE", raising=False)
+    monkeypatch.delenv("PROVISIONER_BUILD_CONFIG", raising=False)
+    for var in ("http_proxy", "https_proxy", "no_proxy", "SSTATE_MIRRORS", "BB_NUMBER_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("STANDIN_RECORD", str(record))
+    monkeypatch.setenv("STANDIN_OUTPUT", str(FIX / "success.log"))
+    monkeypatch.setenv("STANDIN_BUNDLE", str(tarball))
+    return SimpleNamespace(bindir=bindir, record=record, tarball=tarball, tmp=tmp_path)
+
+
+def write_manifest(tmp: Path, build: str = "", engine: str = "docker", board: str = "iq-8275-evk") -> Path:
+    model = tmp / "m.litertlm"
+    model.write_bytes(b"LITERTLM" + b"\0" * 64)
+    text = f"""manifest: 1
+release: rel-7
+board: {board}
+qairt: ["2.44.0.260225"]
+models:
+  - {{name: gemma-4-e2b, kind: litertlm, path: m.litertlm, qairt: "2.44.0.260225"}}
+build:
+  engine: {engine}
+  work_dir: w/kas
+  build_dir: w/build
+  dl_dir: w/downloads
+  sstate_dir: w/sstate
+{build}"""
+    p = tmp / "manifest.yaml"
+    p.write_text(text)
+    return p
+
+
+def runs(record: Path) -> list[dict]:
+    if not record.exists():
+        return []
+    return [r for r in map(json.loads, record.read_text().splitlines()) if r["kind"] == "run"]
+
+
+def pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def do_build(manifest: Path, out: Path, renderer, **kw):
+    return B.build(manifest, out, renderer=renderer, host_config=kw.pop("host_config", {}),
+                   reporter=B.Reporter(quiet=True), **kw)
+
+
+def test_build_runs_real_kas_container_and_collects_release(env, renderer, tmp_path):
+    mirror = tmp_path / "nfs-sstate"
+    mirror.mkdir()
+    m = write_manifest(tmp_path, f"""  repo_ref_dir: w/ref
+  threads: 8
+  parallel_make: 6
+  sstate_mirrors: ["file://{mirror}/PATH", "https://sstate.example.lan/wrynose/PATH;downloadfilename=PATH"]
+  hashserve: hashserv.example.lan:8686
+""")
+    # a layer checkout kas would have made in the work folder
+    repo = tmp_path / "w" / "kas" / "meta-qcom"
+    repo.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+    result = do_build(m, tmp_path / "out", renderer)
+    assert result.ok and result.release_dir == tmp_path / "out" / "rel-7"
+
+    [run] = runs(env.record)
+    argv = run["argv"]
+    w = tmp_path / "w"
+    vols = pairs(argv, "-v")
+    assert f"{w / 'kas'}:/work:rw" in vols
+    assert f"{w / 'build'}:/build:rw" in vols and f"{w / 'downloads'}:/downloads:rw" in vols
+    assert f"{w / 'sstate'}:/sstate:rw" in vols and f"{w / 'ref'}:/repo-ref:rw" in vols
+    assert f"{mirror}:{mirror}:ro" in vols            # file:// mirror reachable at the same path
+    es = pairs(argv, "-e")
+    assert {"KAS_WORK_DIR=/work", "KAS_BUILD_DIR=/build", "DL_DIR=/downloads", "SSTATE_DIR=/sstate",
+            "KAS_REPO_REF_DIR=/repo-ref", "BB_NUMBER_THREADS=8", "PARALLEL_MAKE=-j 6",
+            "BB_HASHSERVE=hashserv.example.lan:8686"} <= set(es)
+    assert (f"SSTATE_MIRRORS=file://.* file://{mirror}/PATH file://.* "
+            "https://sstate.example.lan/wrynose/PATH;downloadfilename=PATH") in es
+    assert "--network=host" not in argv               # the hash server is not on loopback
+    i = argv.index("ghcr.io/siemens/kas/kas:5.5")
+    assert argv[i + 1] == "build" and argv[i + 2].startswith("/repo/") and argv[i + 2].endswith(".yml")
+    assert run["engine"] == "docker"
+
+    rel = json.loads((result.release_dir / "release.json").read_text())
+    assert rel["build"]["sstate"] == {"wanted": 2163, "local": 1700, "mirrors": 300, "missed": 163,
+                                      "current": 1289, "match_pct": 92, "complete_pct": 97}
+    assert rel["build"]["tasks"]["total"] == 3452 and rel["build"]["engine"] == "docker"
+    assert rel["layers"] == {"meta-qcom": head}
+    assert (result.release_dir / "kas" / "edge-llm.lock.yml").is_file()
+    assert rel["bundle"] == f"flash/{BUNDLE}" and len(rel["artifacts"]) == 17
+    log = (result.release_dir / "logs" / "build.log").read_text()
+    assert "Tasks Summary: Attempted 3452" in log and "kas-container" in log.splitlines()[1]
+
+
+def test_podman_custom_image_and_dirs_inside_work(env, renderer, tmp_path, monkeypatch):
+    m = tmp_path / "manifest.yaml"
+    write_manifest(tmp_path, engine="podman")
+    text = m.read_text().replace("build_dir: w/build", "build_dir: w/kas/build").replace(
+        "dl_dir: w/downloads", "dl_dir: w/kas/downloads") + "  container_image: registry.lan/kas:5.5-qli\n" \
+        "  hashserve: 127.0.0.1:8686\n"
+    m.write_text(text)
+    do_build(m, tmp_path / "out", renderer)
+    [run] = runs(env.record)
+    argv = run["argv"]
+    assert run["engine"] == "podman"
+    assert "--userns=keep-id" in argv and "label=disable" in pairs(argv, "--security-opt")
+    assert "registry.lan/kas:5.5-qli" in argv
+    es = pairs(argv, "-e")
+    # inside the work folder: no extra mount, kas sees them below /work
+    assert "DL_DIR=/work/downloads" in es and "KAS_BUILD_DIR=/work/build" in es
+    assert not any(v.endswith(":/downloads:rw") for v in pairs(argv, "-v"))
+    assert "--network=host" in argv                   # loopback hash server must be reachable
+    assert (tmp_path / "out" / "rel-7" / "release.json").is_file()
+
+
+def test_engine_from_environment_overrides_manifest(env, renderer, tmp_path, monkeypatch):
+    monkeypatch.setenv("KAS_CONTAINER_ENGINE", "podman")
+    do_build(write_manifest(tmp_path, engine="docker"), tmp_path / "out", renderer)
+    assert runs(env.record)[0]["engine"] == "podman"
+
+
+def test_dry_run_prints_command_and_runs_nothing(env, renderer, tmp_path, capsys, monkeypatch):
+    m = write_manifest(tmp_path, "  threads: 4\n")
+    plan = do_build(m, tmp_path / "out", renderer, dry_run=True)
+    assert isinstance(plan, B.BuildPlan)
+    assert plan.argv[0].endswith("kas-container") and plan.argv[-2] == "build"
+    assert plan.env["KAS_CONTAINER_ENGINE"] == "docker" and plan.env["BB_NUMBER_THREADS"] == "4"
+    assert plan.env["SSTATE_DIR"] == str(tmp_path / "w" / "sstate")
+    assert not (tmp_path / "w" / "sstate").exists()   # nothing created
+    assert runs(env.record) == [] and not env.record.exists()   # not even `docker info`
+    line = plan.command_line()
+    assert "KAS_WORK_DIR=" in line and line.endswith(f"build {plan.kas_file}")
+
+
+def test_cli_dry_run_json(env, tmp_path, capsys, monkeypatch, renderer):
+    if renderer is not None:
+        monkeypatch.setattr(B, "prepare_build", _with_renderer(B.prepare_build, renderer))
+    rc = main(["build", str(write_manifest(tmp_path)), "--out", str(tmp_path / "out"), "--dry-run", "--json"])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"] == "docker" and data["argv"][-2] == "build" and data["machine"] == "iq-8275-evk"
+
+
+def _with_renderer(fn, renderer):
+    def wrapped(*a, **kw):
+        kw["renderer"] = renderer
+        return fn(*a, **kw)
+    return wrapped
+
+
+def test_failed_task_shows_task_and_log_keeps_full_log(env, renderer, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_OUTPUT", str(FIX / "failure.log"))
+    monkeypatch.setenv("STANDIN_RC", "1")
+    monkeypatch.delenv("STANDIN_BUNDLE")
+    with pytest.raises(BuildError) as exc:
+        do_build(write_manifest(tmp_path), tmp_path / "out", renderer)
+    msg = str(exc.value)
+    assert "linux-qcom_6.18.bb:do_compile failed with exit code 1" in msg
+    assert "/build/tmp/work/iq_8275_evk-qcom-linux/linux-qcom/6.18/temp/log.do_compile.48213" in msg
+    log = tmp_path / "out" / "logs" / "rel-7.build.log"
+    assert "implicit declaration of function" in log.read_text()     # the full log is kept
+    summary = json.loads(log.with_suffix(".json").read_text())
+    assert summary["status"] == "failed" and summary["sstate"]["match_pct"] == 0
+    assert not (tmp_path / "out" / "rel-7").exists()                   # no half release
+    report = B.failure_report(log)
+    assert any(ln.startswith("ERROR: Logfile of failure stored in:") for ln in report)
+    assert any("qcom_scm_pas_shutdown_retry" in ln for ln in report)
+
+
+def test_no_engine_at_all(env, renderer, tmp_path, monkeypatch):
+    empty = tmp_path / "emptybin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    m = write_manifest(tmp_path).read_text().replace("  engine: docker\n", "")
+    (tmp_path / "manifest.yaml").write_text(m)
+    with pytest.raises(BuildError, match="no container engine found"):
+        do_build(tmp_path / "manifest.yaml", tmp_path / "out", renderer)
+
+
+def test_engine_binary_missing(env, renderer, tmp_path, monkeypatch):
+    (env.bindir / "podman").unlink()
+    monkeypatch.setenv("PATH", str(env.bindir))
+    with pytest.raises(BuildError, match="'podman' is not installed"):
+        do_build(write_manifest(tmp_path, engine="podman"), tmp_path / "out", renderer)
+
+
+def test_daemon_not_running(env, renderer, tmp_path, monkeypatch):
+    monkeypatch.setenv("STANDIN_DAEMON_DOWN", "1")
+    with pytest.raises(BuildError, match="daemon is not usable.*Cannot connect to the Docker daemon"):
+        do_build(write_manifest(tmp_path), tmp_path / "out", renderer)
+    assert runs(env.record) == []
+
+
+@pytest.mark.parametrize("dirs,match", [
+    ({"dl_dir": "w/sstate"}, "DL_DIR=.* and SSTATE_DIR=.* overlap"),
+    ({"sstate_dir": "w/downloads/sstate"}, "overlap"),
+    ({"work_dir": "w/downloads/kas"}, "DL_DIR=.* contains KAS_WORK_DIR"),
+])
+def test_overlapping_dirs_refused(env, renderer, tmp_path, dirs, match):
+    m = write_manifest(tmp_path)
+    text = m.read_text()
+    for k, v in dirs.items():
+        text = "\n".join(f"  {k}: {v}" if ln.startswith(f"  {k}:") else ln for ln in text.splitlines()) + "\n"
+    m.write_text(text)
+    with pytest.raises(BuildError, match=match):
+        do_build(m, tmp_path / "out", renderer)
+    assert runs(env.record) == []
+
+
+def test_not_enough_disk(env, renderer, tmp_path):
+    with pytest.raises(BuildError, match="GB free"):
+        do_build(write_manifest(tmp_path), tmp_path / "out", renderer, host_config={"min_free_gb": 10 ** 9})
+    plan = B.prepare_build(load_manifest(write_manifest(tmp_path)), tmp_path / "out", renderer=renderer or tiny_render,
+                           host_config={"min_free_gb": 0, "warn_free_gb": 10 ** 9}, dry_run=True)
+    assert any("cold QLI build wants ~250 GB" in w for w in plan.warnings)
+
+
+def test_root_without_allow_root_refused(env, renderer, tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    monkeypatch.delenv("KAS_ALLOW_ROOT")
+    with pytest.raises(BuildError, match="running as root"):
+        do_build(write_manifest(tmp_path), tmp_path / "out", renderer)
+
+
+def test_host_config_file_fills_folders(env, renderer, tmp_path):
+    cfg = tmp_path / "build.yaml"
+    cfg.write_text("dl_dir: /srv/dl-cache\nsstate_dir: cache/sstate\nthreads: 3\n")
+    host = B.load_host_config(cfg)
+    assert host["dl_dir"] == Path("/srv/dl-cache") and host["sstate_dir"] == tmp_path / "cache" / "sstate"
+    manifest = load_manifest(write_manifest(tmp_path))
+    dirs = B.resolve_dirs(manifest, host, {"HOME": str(tmp_path)})
+    assert dirs.dl == tmp_path / "w" / "downloads"      # the manifest's explicit value wins
+    cfg.write_text("bogus: 1\n")
+    with pytest.raises(BuildError, match="unknown key"):
+        B.load_host_config(cfg)
+
+
+def test_ctrl_c_stops_container_and_says_how_to_resume(env, renderer, tmp_path):  # noqa: C901
+    """SIGINT to `provisioner build`: bitbake gets SIGINT, exit 130, resume hint, log kept."""
+    m = write_manifest(tmp_path)
+    out = tmp_path / "out"
+    script = (
+        "import sys; from provisioner.cli import main; from provisioner.image import build as B\n"
+        "from tests.image.test_build import tiny_render\n"
+        "orig = B.prepare_build\n"
+        "B.prepare_build = lambda *a, **k: orig(*a, **{**k, 'renderer': k.get('renderer') or "
+        f"({'tiny_render' if renderer else 'None'})}})\n"
+        f"sys.exit(main(['build', {str(m)!r}, '--out', {str(out)!r}]))\n"
+    )
+    penv = dict(os.environ, STANDIN_HOLD="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=penv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    log = out / "logs" / "rel-7.build.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if log.exists() and "Tasks Summary" in log.read_text():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "run the same `provisioner build` command again" in err
+    kinds = [json.loads(ln)["kind"] for ln in env.record.read_text().splitlines()]
+    assert "sigint" in kinds                           # bitbake (the stand-in) was asked to stop
+    text = log.read_text()
+    assert "Keyboard Interrupt, closing down" in text and "stopped by the user" in text
+    assert json.loads(log.with_suffix(".json").read_text())["status"] == "interrupted"
+    assert not (out / "rel-7").exists()
