@@ -1,0 +1,3 @@
+"""Python helpers of meta-edge-llm, imported by bitbake via ``addpylib`` (see conf/layer.conf)."""
+
+BBIMPORTS = ["modelcheck"]

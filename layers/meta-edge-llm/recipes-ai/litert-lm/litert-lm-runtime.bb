@@ -1,0 +1,67 @@
+SUMMARY = "LiteRT-LM NPU runtime (litert_lm_main) built from LiteRT-LM ${LITERT_LM_REV} for QAIRT ${LITERT_LM_QAIRT}"
+DESCRIPTION = "Prebuilt aarch64 litert_lm_main, libLiteRt.so, libLiteRtDispatch_Qualcomm.so and \
+libGemmaModelConstraintProvider.so, built by `provisioner litert build` from LiteRT-LM ${LITERT_LM_REV} \
+with the three Linux/QLI patches in files/ (dispatch dir, HTP burst, SoC guard). Installed under \
+${LITERT_LM_ROOT}/${LITERT_LM_REV}."
+HOMEPAGE = "https://github.com/google-ai-edge/LiteRT-LM"
+SECTION = "libs"
+LICENSE = "Apache-2.0"
+LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10"
+
+LITERT_LM_REV ??= "cbf463d97fa3"
+# The runtime is compiled against exactly this QAIRT build (LiteRT's third_party/qairt pin).
+LITERT_LM_QAIRT ??= "2.44.0.260225"
+LITERT_LM_ROOT ??= "/opt/litert-lm"
+LITERT_LM_TARBALL = "litert-lm-runtime-${LITERT_LM_REV}-qairt${LITERT_LM_QAIRT}-aarch64.tar.gz"
+# The tarball is normally already in DL_DIR (`provisioner litert build` puts it there); set this
+# to your artifact server to fetch it from there instead. The host part is a placeholder on purpose.
+LITERT_LM_RUNTIME_BASE_URI ??= "https://artifacts.edge-llm.invalid/litert-lm"
+# sha256 of the tarball, written by `provisioner litert build` / the release step. Never guessed.
+LITERT_LM_RUNTIME_SHA256 ??= ""
+
+PV = "0.0+git${LITERT_LM_REV}"
+
+SRC_URI = "${LITERT_LM_RUNTIME_BASE_URI}/${LITERT_LM_TARBALL};name=runtime;subdir=litert-lm-runtime"
+SRC_URI[runtime.sha256sum] = "${LITERT_LM_RUNTIME_SHA256}"
+
+S = "${UNPACKDIR}/litert-lm-runtime"
+
+COMPATIBLE_HOST = "aarch64.*-linux"
+
+python litert_lm_require_checksum() {
+    if not d.getVar("LITERT_LM_RUNTIME_SHA256"):
+        bb.fatal("litert-lm-runtime: LITERT_LM_RUNTIME_SHA256 not set -> run `provisioner litert build` "
+                 "(it writes %s to DL_DIR and prints its sha256) and set LITERT_LM_RUNTIME_SHA256"
+                 % d.getVar("LITERT_LM_TARBALL"))
+}
+do_fetch[prefuncs] += "litert_lm_require_checksum"
+
+do_configure[noexec] = "1"
+do_compile[noexec] = "1"
+
+do_install() {
+    top=${S}
+    if [ ! -e "$top/bin/litert_lm_main" ]; then
+        top=$(dirname "$(dirname "$(find ${S} -path '*/bin/litert_lm_main' | head -n 1)")")
+    fi
+    for f in bin/litert_lm_main lib/libLiteRtDispatch_Qualcomm.so lib/libLiteRt.so lib/libGemmaModelConstraintProvider.so; do
+        if [ ! -f "$top/$f" ]; then
+            bbfatal "${LITERT_LM_TARBALL} has no $f (rebuild it with provisioner litert build)"
+        fi
+    done
+    install -d ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/bin ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/lib
+    install -m 0755 $top/bin/litert_lm_main ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/bin/
+    install -m 0644 $top/lib/*.so ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/lib/
+}
+
+INHIBIT_PACKAGE_STRIP = "1"
+INHIBIT_PACKAGE_DEBUG_SPLIT = "1"
+EXCLUDE_FROM_SHLIBS = "1"
+SOLIBS = ".so"
+FILES_SOLIBSDEV = ""
+FILES:${PN} = "${LITERT_LM_ROOT}/${LITERT_LM_REV}"
+# The QNN libraries it loads come from this exact QAIRT build, never /usr/lib's qairt-sdk.
+RDEPENDS:${PN} = "qairt-runtime-${LITERT_LM_QAIRT}"
+# libdir: side-by-side install under /opt; dev-so: unversioned .so from the Bazel build;
+# file-rdeps: QNN libraries are resolved at run time via LD_LIBRARY_PATH into /opt/qairt.
+INSANE_SKIP:${PN} += "already-stripped libdir dev-so ldflags file-rdeps"

@@ -1,0 +1,54 @@
+# An edge-llm release image: QLI 2.0's qcom-multimedia-image plus the QAIRT builds, runtimes and
+# models of one release manifest, with the board policy (memlock, download_mode, FastRPC, login).
+require recipes-products/images/qcom-multimedia-image.bb
+
+SUMMARY = "Qualcomm Linux multimedia image with on-device LLMs (edge-llm provisioner)"
+LICENSE = "MIT"
+
+# qcom-minimal-image sets the root password with extrausers; inherit it explicitly so the
+# production override below always has somewhere to go.
+inherit extrausers
+
+# Model packages (edge-llm-model-<name>), set by `provisioner render`. Only this image reads it.
+EDGE_LLM_MODEL_PACKAGES ??= ""
+# Extra packages from the manifest's image.extra_packages.
+EDGE_LLM_EXTRA_PACKAGES ??= ""
+# /etc/edge-llm/release.json content (one-line JSON written by `provisioner render`).
+EDGE_LLM_RELEASE_JSON ??= "{}"
+EDGE_LLM_LOGIN_POLICY ??= "disabled"
+EDGE_LLM_DEBUG_LOGIN_FEATURES = "allow-empty-password empty-root-password allow-root-login"
+
+IMAGE_INSTALL += "packagegroup-edge-llm ${EDGE_LLM_MODEL_PACKAGES} ${EDGE_LLM_EXTRA_PACKAGES}"
+
+# Production: no empty passwords, no root login with a password, and QLI's default root
+# password (oelinux123, set by qcom-minimal-image) replaced by '*' (no password matches; SSH keys
+# still work, unlike a locked '!' account). The kas `extra` snippet drops the same features; this
+# is the safety net if a later fragment adds them back.
+EXTRA_IMAGE_FEATURES:remove = "${@'' if d.getVar('EDGE_LLM_LOGIN_POLICY') == 'debug' else d.getVar('EDGE_LLM_DEBUG_LOGIN_FEATURES')}"
+EXTRA_USERS_PARAMS:append = "${@'' if d.getVar('EDGE_LLM_LOGIN_POLICY') == 'debug' else ' usermod -p \'*\' root;'}"
+
+python edge_llm_release_json() {
+    import json, os
+    data = json.loads(d.getVar("EDGE_LLM_RELEASE_JSON"))
+    path = d.getVar("IMAGE_ROOTFS") + d.getVar("sysconfdir") + "/edge-llm/release.json"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+}
+
+python edge_llm_check_login() {
+    import os
+    if d.getVar("EDGE_LLM_LOGIN_POLICY") == "debug":
+        return
+    shadow = d.getVar("IMAGE_ROOTFS") + d.getVar("sysconfdir") + "/shadow"
+    if os.path.exists(shadow):
+        with open(shadow) as f:
+            for line in f:
+                fields = line.split(":")
+                if fields[0] == "root" and fields[1] == "":
+                    bb.fatal("production image: root has an empty password -> check EXTRA_IMAGE_FEATURES "
+                             "and EXTRA_USERS_PARAMS in later kas fragments")
+}
+
+ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json edge_llm_check_login"

@@ -1,0 +1,168 @@
+"""Parse layer files with bitbake's real parser (PyPI bitbake-setup ships ``bb``), offline.
+
+Full OpenEmbedded parsing needs oe-core; here the oe-core classes our recipes inherit are empty
+stand-ins (``classes/*.bbclass`` in a temp dir) and a small ``bitbake.conf`` defines the few
+directory variables the recipes expand. Everything else - syntax, includes, ``require``,
+overrides, ``:append``/``:remove``, anonymous python, ``addpylib`` from conf/layer.conf - is
+bitbake's own code. ``task_signatures`` uses bitbake's dependency tracker (the same code
+siggen uses) to compute which variables each task reads and hashes their values, so tests can
+see which recipes a manifest change would rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAYER = REPO / "layers" / "meta-edge-llm"
+
+STUB_CLASSES = ("packagegroup", "useradd", "systemd", "allarch", "extrausers", "image")
+
+# The task chain of oe-core's base.bbclass, reduced to what decides a task's signature here:
+# which variables each task reads (fetch: SRC_URI and checksums; package: PACKAGES/FILES/RDEPENDS).
+BASE_BBCLASS = """\
+python do_fetch() {
+    for url in (d.getVar("SRC_URI") or "").split():
+        pass
+}
+do_fetch[vardeps] += "SRC_URI"
+addtask fetch
+python do_unpack() {
+    d.getVar("SRC_URI")
+}
+addtask unpack after do_fetch
+do_patch() {
+    :
+}
+addtask patch after do_unpack
+do_configure() {
+    :
+}
+addtask configure after do_patch
+do_compile() {
+    :
+}
+addtask compile after do_configure
+do_install() {
+    :
+}
+addtask install after do_compile
+python do_package() {
+    for pkg in (d.getVar("PACKAGES") or "").split():
+        d.getVar("FILES:" + pkg)
+}
+do_package[vardeps] += "PACKAGES FILES RDEPENDS RRECOMMENDS PACKAGE_ARCH"
+addtask package after do_install
+addtask build after do_package
+"""
+
+CORE_IMAGE_BBCLASS = """\
+python do_rootfs() {
+    d.getVar("IMAGE_INSTALL")
+}
+do_rootfs[vardeps] += "IMAGE_INSTALL EXTRA_IMAGE_FEATURES EXTRA_USERS_PARAMS ${ROOTFS_POSTPROCESS_COMMAND}"
+addtask rootfs after do_install before do_build
+"""
+
+BITBAKE_CONF = """\
+TMPDIR = "{tmp}/tmp"
+WORKDIR = "${{TMPDIR}}/work/${{PN}}"
+UNPACKDIR = "${{WORKDIR}}/sources"
+T = "${{WORKDIR}}/temp"
+D = "${{WORKDIR}}/image"
+B = "${{S}}"
+S = "${{WORKDIR}}/${{BP}}"
+BP = "${{PN}}-${{PV}}"
+PN = "${{@bb.parse.vars_from_file(d.getVar('FILE', False), d)[0] or 'defaultpkgname'}}"
+PV = "${{@bb.parse.vars_from_file(d.getVar('FILE', False), d)[1] or '1.0'}}"
+DL_DIR = "{tmp}/downloads"
+COMMON_LICENSE_DIR = "{tmp}/licenses"
+sysconfdir = "/etc"
+ROOT_HOME = "/root"
+systemd_unitdir = "/usr/lib/systemd"
+systemd_system_unitdir = "/usr/lib/systemd/system"
+MACHINE_ARCH = "${{@d.getVar('MACHINE').replace('-', '_')}}"
+IMAGE_ROOTFS = "${{WORKDIR}}/rootfs"
+OVERRIDES = "${{MACHINE}}:pn-${{PN}}"
+export PATH = "/usr/bin:/bin"
+BB_BASEHASH_IGNORE_VARS = "TMPDIR WORKDIR UNPACKDIR T D B S DL_DIR FILE FILE_DIRNAME BBPATH THISDIR COMMON_LICENSE_DIR"
+"""
+
+
+def _stub_hashserv() -> None:
+    """bb.parse imports hashserv (a package) and hashserv.client; PyPI's bitbake-setup lacks them."""
+    if "hashserv" not in sys.modules:
+        pkg = types.ModuleType("hashserv")
+        pkg.__path__ = []  # type: ignore[attr-defined]
+        sys.modules["hashserv"] = pkg
+        sys.modules["hashserv.client"] = types.ModuleType("hashserv.client")
+
+
+def make_env(tmp: Path, extra_layers: tuple[Path, ...] = (), local_conf: str = "",
+             machine: str = "iq-8275-evk") -> Path:
+    """Write the stand-in classes/bitbake.conf/local.conf under ``tmp``; return its directory."""
+    env = tmp / "bbenv"
+    (env / "classes").mkdir(parents=True, exist_ok=True)
+    (env / "conf").mkdir(exist_ok=True)
+    for name in STUB_CLASSES:
+        (env / "classes" / f"{name}.bbclass").write_text(f"# stand-in for oe-core {name}.bbclass\n")
+    (env / "classes" / "base.bbclass").write_text(BASE_BBCLASS)
+    (env / "classes" / "core-image.bbclass").write_text(CORE_IMAGE_BBCLASS)
+    (env / "conf" / "bitbake.conf").write_text(BITBAKE_CONF.format(tmp=tmp) + f'MACHINE = "{machine}"\n')
+    (env / "conf" / "local.conf").write_text(local_conf)
+    (env / "layers.txt").write_text("\n".join(str(p) for p in (LAYER, *extra_layers)))
+    return env
+
+
+def base_data(env: Path):
+    """A datastore like bitbake's base config: bitbake.conf, every layer.conf (with addpylib), local.conf."""
+    _stub_hashserv()
+    import bb.data
+    import bb.parse
+    import bb.siggen
+    import bb.utils
+
+    layers = [Path(p) for p in (env / "layers.txt").read_text().splitlines() if p]
+    d = bb.data.init()
+    d.setVar("__bbclasstype", "global")
+    d.setVar("BBPATH", ":".join([str(env)] + [str(p) for p in layers]))
+    d = bb.parse.handle(str(env / "conf" / "bitbake.conf"), d, True)
+    for layer in layers:
+        d.setVar("LAYERDIR", str(layer))
+        d = bb.parse.handle(str(layer / "conf" / "layer.conf"), d, baseconfig=True)
+        d.delVar("LAYERDIR")
+    d = bb.parse.handle(str(env / "conf" / "local.conf"), d, True)
+    bb.parse.BBHandler.inherit("base", "configuration INHERITs", 0, d)
+    d.setVar("BBPATH", ":".join([str(env)] + [str(p) for p in layers]))
+    bb.parse.siggen = bb.siggen.init(d)
+    return d
+
+
+def parse_recipe(path: Path, env: Path):
+    """Parse one .bb (with its .bbappends none) and return the finalized datastore."""
+    _stub_hashserv()
+    import bb.data
+    import bb.parse
+
+    d = bb.data.createCopy(base_data(env))
+    d.setVar("__bbclasstype", "recipe")
+    result = bb.parse.handle(str(path), d)
+    return result[""] if isinstance(result, dict) else result
+
+
+def task_signatures(d) -> dict[str, str]:
+    """Each task's base hash, computed by bitbake's own siggen code path.
+
+    ``bb.data.generate_dependencies`` + ``generate_dependency_hash`` are what
+    ``SignatureGeneratorBasic._build_data`` runs for every recipe; BB_BASEHASH_IGNORE_VARS applies.
+    Equal hashes = the task (and its sstate object) is reused.
+    """
+    import bb.data
+
+    ignore = set((d.getVar("BB_BASEHASH_IGNORE_VARS") or "").split())
+    tasklist, gendeps, lookupcache = bb.data.generate_dependencies(d, ignore)
+    _, basehash = bb.data.generate_dependency_hash(tasklist, gendeps, lookupcache, ignore, "recipe")
+    return {tid.split(":")[-1]: h for tid, h in basehash.items()}
