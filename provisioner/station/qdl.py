@@ -128,6 +128,7 @@ class QdlProgress:
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     transient: bool = False
+    transient_error: str | None = None
     waiting_for_device: bool = False
     last_line: str = ""
 
@@ -185,6 +186,7 @@ class QdlProgress:
             return True
         if TRANSIENT.search(s):
             self.transient = True
+            self.transient_error = self.transient_error or s
             self.errors.append(s)
             return True
         low = s.lower()
@@ -242,6 +244,7 @@ class QdlDriver:
                 error = f"qdl timed out after {timeout_s:g} s while {progress.phase} (last: {progress.last_line})"
         elif not ok:
             last = progress.errors[-1] if progress.errors else (res.tail[-1] if res.tail else "no output")
-            error = f"qdl exited {res.returncode}: {last}"
+            cause = progress.transient_error or last
+            error = f"qdl exited {res.returncode}: {cause}" + (f" ({last})" if cause != last else "")
         return FlashOutcome(ok, res.returncode, res.duration_s, res.timed_out, progress.transient and not ok,
                             error, progress)

@@ -1,0 +1,179 @@
+"""Flashing virtual EVKs in parallel with the qdl stand-in: bytes on the LUNs, faults, old qdl,
+records, history and inventory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from provisioner.cli import main
+from provisioner.errors import StationError
+from provisioner.station import edl
+from provisioner.station.flash import flash_release
+from provisioner.station.flashxml import find_flash_xml, parse_rawprogram
+from provisioner.station.qdl import detect_qdl
+from provisioner.station.records import Records
+
+
+def _assert_flashed(board, bundle):
+    """Every non-GPT image of the bundle is at its start sector on the board's LUN images."""
+    ss = board.sector_size
+    checked = 0
+    for xml in find_flash_xml(bundle)[0]:
+        for op in parse_rawprogram(xml):
+            if op.skipped or op.erase or "GPT" in op.label:
+                continue
+            want = (bundle / op.filename).read_bytes()
+            with open(board.lun_path(op.lun), "rb") as f:
+                f.seek(op.start(board.lun_size(op.lun) // ss) * ss)
+                assert f.read(len(want)) == want, f"{board.serial}: {op.label} not written"
+            checked += 1
+    assert checked >= 10
+
+
+def test_parallel_flash_writes_every_board(station, release_8275):
+    boards = station.add(3)
+    events = []
+    with Records(station.config.database) as rec:
+        run = flash_release(release_8275, station.config, all_boards=True, records=rec, listener=events.append)
+        hist = rec.history()
+    assert run.ok and [r.serial for r in run.results] == [b.serial for b in boards]
+    bundle = next((release_8275 / "flash").iterdir())
+    for b in boards:
+        _assert_flashed(b.reload(), bundle)
+    assert {h["result"] for h in hist} == {"passed"} and len(hist) == 3
+    assert hist[0]["qdl_version"] == "qdl 2.5" and hist[0]["release_id"] == "gemma4-e2b-iq8275-2026.11"
+    assert hist[0]["artifacts"]["rootfs.img"] == json.loads((release_8275 / "release.json").read_text())[
+        "artifacts"][[a["path"] for a in json.loads((release_8275 / "release.json").read_text())["artifacts"]]
+                     .index("rootfs.img")]["sha256"]
+    progress = [e for e in events if e.kind == "progress" and e.detail.get("partition")]
+    assert {e.detail["partition"] for e in progress} >= {"efi", "rootfs"}
+    assert all((station.config.log_dir).rglob(f"{b.serial}-qdl.log") for b in boards)
+
+
+def test_edl_drop_fails_alone(station, release_8275):
+    good = station.add(2)
+    bad = station.add(1, faults=("edl-drop",), start=2)[0]
+    with Records(station.config.database) as rec:
+        run = flash_release(release_8275, station.config, all_boards=True, records=rec, retries=1,
+                            reappear_timeout_s=1.0)
+        hist = {h["serial"]: h for h in rec.history()}
+    res = {r.serial: r for r in run.results}
+    assert not run.ok and [r.serial for r in run.failed] == [bad.serial]
+    assert "dropped out of EDL" in res[bad.serial].error and "LIBUSB_ERROR_NO_DEVICE" in res[bad.serial].error
+    assert all(res[g.serial].ok for g in good)
+    assert hist[bad.serial]["result"] == "failed" and hist[bad.serial]["state"] == "failed"
+    events = rec_events = None  # noqa: F841
+    with Records(station.config.database, writer=False) as rec:
+        rec_events = rec.events(hist[bad.serial]["id"])
+    assert [e["kind"] for e in rec_events if e["step"] == "flash"] == ["start", "retry", "error"]
+
+
+def test_transient_drop_is_retried_when_the_board_comes_back(station, release_8275, monkeypatch):
+    """The device falls off once; it re-enumerates in EDL; the second qdl run succeeds."""
+    board = station.add(1)[0]
+    bundle = next((release_8275 / "flash").iterdir())
+    # first run drops at rootfs; a watcher puts the board back into EDL like a replug would
+    import threading
+    import time
+
+    monkeypatch.setenv("PROVISIONER_SIM_QDL_DROP_AT", "rootfs")
+
+    def replug():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if board.reload().state == "off":
+                monkeypatch.delenv("PROVISIONER_SIM_QDL_DROP_AT")
+                board.set_state("edl")
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=replug)
+    t.start()
+    run = flash_release(release_8275, station.config, serials=[board.serial], retries=2, reappear_timeout_s=10)
+    t.join()
+    assert run.ok and run.results[0].tries == 2
+    _assert_flashed(board.reload(), bundle)
+
+
+def test_old_qdl_is_detected_and_refused_for_parallel(station, release_8275):
+    station.add(2)
+    old = str(station.wrappers["qdl-2022"])
+    info = detect_qdl(old)
+    assert not info.has_serial and info.version is None
+    station.config.qdl = old
+    with pytest.raises(StationError, match=r"no --serial.*2 boards.*qdl-native"):
+        flash_release(release_8275, station.config, all_boards=True)
+    with pytest.raises(StationError, match="--allow-old-qdl"):
+        flash_release(release_8275, station.config, serials=["0AA94E00"])
+    # with the flag, still refused while two boards are in EDL (old qdl picks whichever it finds)
+    with pytest.raises(StationError, match="cannot choose"):
+        flash_release(release_8275, station.config, serials=["0AA94E00"], allow_old_qdl=True)
+
+
+def test_old_qdl_one_board_alone_with_flag(station, release_8275):
+    board = station.add(1)[0]
+    station.config.qdl = str(station.wrappers["qdl-2022"])
+    run = flash_release(release_8275, station.config, serials=[board.serial], allow_old_qdl=True)
+    assert run.ok and "no --serial" in run.qdl.describe()
+    _assert_flashed(board.reload(), next((release_8275 / "flash").iterdir()))
+
+
+def test_qdl_missing(station, release_8275):
+    station.add(1)
+    station.config.qdl = str(station.root / "bin" / "no-such-qdl")
+    with pytest.raises(StationError, match=r"qdl not found at .*bitbake qdl-native"):
+        flash_release(release_8275, station.config, all_boards=True)
+
+
+def test_unknown_serial_and_no_devices(station, release_8275):
+    with pytest.raises(StationError, match="sysfs root .* does not exist"):
+        flash_release(release_8275, station.config, all_boards=True)
+    (station.config.sysfs_root / "bus" / "usb" / "devices").mkdir(parents=True)
+    with pytest.raises(StationError, match="no boards in EDL"):
+        flash_release(release_8275, station.config, all_boards=True)
+    station.add(1)
+    with pytest.raises(StationError, match=r"board DEADBEEF is not connected.*0AA94E00"):
+        flash_release(release_8275, station.config, serials=["deadbeef"])
+    assert station.add(1, start=1)[0].reload().state == "edl"  # nothing was touched
+
+
+def test_scan_reads_serial_port_and_mode(station):
+    station.add(2)
+    vb = station.add(1, state="ramdump", start=2)[0]
+    devs = edl.scan_edl(station.config.sysfs_root, {"1-4.1": "slot 1"})
+    assert [(d.serial, d.port, d.mode, d.slot) for d in devs] == [
+        ("0AA94E00", "1-4.1", "edl", "slot 1"), ("0AA94E01", "1-4.2", "edl", None), (vb.serial, "1-4.3", "ramdump",
+                                                                                      None)]
+
+
+def test_cli_flash_history_inventory(station, release_8275, tmp_path, capsys):
+    station.add(2)
+    cfg = tmp_path / "station.yaml"
+    cfg.write_text(yaml.safe_dump({"sysfs_root": str(station.config.sysfs_root), "qdl": station.config.qdl,
+                                   "database": "station.db", "slots": {"1-4.1": "slot 1", "1-4.2": "slot 2"}}))
+    assert main(["station", "flash", str(release_8275), "--all", "--config", str(cfg), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and [b["slot"] for b in out["boards"]] == ["slot 1", "slot 2"]
+    assert main(["station", "history", "--config", str(cfg), "--serial", "0AA94E01", "--json"]) == 0
+    hist = json.loads(capsys.readouterr().out)
+    assert [h["result"] for h in hist] == ["passed"]
+    inv_path = tmp_path / "inv.yml"
+    assert main(["station", "export-inventory", "--config", str(cfg), "--out", str(inv_path),
+                 "--address", "0AA94E00=10.1.2.3:2222"]) == 0
+    inv = yaml.safe_load(inv_path.read_text())
+    hosts = inv["all"]["children"]["iq_8275_evk"]["hosts"]
+    assert len(hosts) == 2
+    h0 = next(v for v in hosts.values() if v["edge_llm_serial"] == "0AA94E00")
+    assert (h0["ansible_host"], h0["ansible_port"], h0["edge_llm_slot"]) == ("10.1.2.3", 2222, "slot 1")
+
+
+def test_cli_exit_status_when_a_board_fails(station, release_8275, tmp_path, capsys):
+    station.add(1)
+    station.add(1, faults=("edl-drop",), start=1)
+    rc = main(["station", "flash", str(release_8275), "--all", "--qdl", station.config.qdl, "--sysfs-root",
+               str(station.config.sysfs_root), "--db", str(tmp_path / "db.sqlite"), "--retries", "0"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "1 of 2 board(s) failed: 0AA94E01" in err
