@@ -15,8 +15,10 @@ from provisioner.ui import Reporter, print_json, stderr, stdout, table
 @click.argument("manifest", type=click.Path(path_type=Path))
 @click.option("--dl-dir", type=click.Path(path_type=Path), help="Downloads directory (default: build.dl_dir).")
 @click.option("--models-only", is_flag=True, help="Skip the QAIRT SDK zips.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for a connection or for the next byte.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(manifest: Path, dl_dir: Path | None, models_only: bool, as_json: bool) -> None:
+def command(manifest: Path, dl_dir: Path | None, models_only: bool, timeout: float, as_json: bool) -> None:
     """Download (resumable, sha256-verified, mirrors first) every artifact MANIFEST needs."""
     m = load_manifest(manifest)
     target = downloads_dir(m, dl_dir.resolve() if dl_dir else None)
@@ -24,7 +26,8 @@ def command(manifest: Path, dl_dir: Path | None, models_only: bool, as_json: boo
     reporter = Reporter(quiet=as_json)
     if not items:
         reporter.info("nothing to fetch (models have local paths and --models-only was given)")
-    results = fetch_all(items, target, reporter=reporter, progress=not as_json and stderr.is_terminal)
+    results = fetch_all(items, target, reporter=reporter, progress=not as_json and stderr.is_terminal,
+                        timeout=(min(timeout, 10.0), timeout))
     if as_json:
         print_json({"dl_dir": str(target), "files": [r.as_dict() for r in results]})
         return
