@@ -230,11 +230,16 @@ def _rate(board: VirtualBoard | None) -> float:
     return 0.0
 
 
-def flash(args: Args, root: Path, flavor: str) -> int:
-    """Everything after option parsing; returns the exit status."""
+def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = None) -> int:
+    """Everything after option parsing; returns the exit status.
+
+    ``board`` given: flash that board directly (no USB wait) - how ``sim up --state booted``
+    installs an image without a station.
+    """
     from provisioner.station import flashxml
 
     old = flavor == "debian-2022"
+    direct = board is not None        # factory install by the sim itself: no USB faults, no throttling
     programmer = Path(args.programmer or "")
     # qdl loads every XML before talking to the device: a broken file fails before any write.
     programs: list[flashxml.Program] = []
@@ -270,6 +275,8 @@ def flash(args: Args, root: Path, flavor: str) -> int:
         _out("This is a dry-run execution of QDL. No actual flashing has been performed")
         board = None
         dev_serial = "00000000"
+    elif board is not None:
+        dev_serial = board.serial
     else:
         dev = wait_for_device(root, args.serial)
         board = VirtualBoard.load(root, dev.serial)
@@ -281,10 +288,10 @@ def flash(args: Args, root: Path, flavor: str) -> int:
         if not old:
             _out(f"Talking to device (PID 0x{catalog.usb_ids()['edl_product']}, serial: {dev_serial})")
         _sahara(programmer, old)
-        rate = _rate(board)
+        rate = 0.0 if direct else _rate(board)
         fail_at = os.environ.get("PROVISIONER_SIM_QDL_FAIL_AT")
         drop_at = os.environ.get("PROVISIONER_SIM_QDL_DROP_AT")
-        if board is not None and board.has_fault("edl-drop") and not drop_at:
+        if board is not None and board.has_fault("edl-drop") and not drop_at and not direct:
             drop_at = _middle_label(programs, files)
         for i, prog in enumerate(programs):
             if prog.skipped:
@@ -436,6 +443,28 @@ def _commit(board: VirtualBoard, device: Device, boot_lun: int | None) -> None:
     tmp.write_text(json.dumps(device.partitions, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, board.partitions_path)
     board.set_state("booting", boot_lun=boot_lun, build_id=None, flashed=time.time())
+
+
+def flash_bundle(board: VirtualBoard, bundle: Path) -> None:
+    """Write a whole qcomflash bundle into ``board`` in-process (quietly) and reset it to booting."""
+    import contextlib
+    import io
+
+    args = Args(programmer=str(bundle / "prog_firehose_ddr.elf"),
+                files=[str(bundle / f"rawprogram{n}.xml") for n in board.catalog_board.luns]
+                + [str(bundle / f"patch{n}.xml") for n in board.catalog_board.luns])
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.environ.pop("PROVISIONER_SIM_QDL_RATE_KBPS", None)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = flash(args, board.root, "2.5", board=board)
+    except QdlFailure as exc:
+        raise UserError(f"flashing virtual board {board.serial} failed: {exc}") from None
+    finally:
+        if saved is not None:
+            os.environ["PROVISIONER_SIM_QDL_RATE_KBPS"] = saved
+    if rc != 0:
+        raise UserError(f"flashing virtual board {board.serial} failed: {err.getvalue().strip()}")
 
 
 # ---------------------------------------------------------------------------------------------- wrappers
