@@ -84,3 +84,51 @@ image: {variant: production, root_login: debug}
 def test_missing_file_is_one_line(tmp_path):
     with pytest.raises(ManifestError, match="no such file"):
         load_manifest(tmp_path / "nope.yaml")
+
+
+# --- through the CLI: `provisioner check` (exit code, stderr, nothing else) ---
+
+GOOD = """release: r1
+board: iq-8275-evk
+qairt: ["2.44.0.260225"]
+models: [{name: g, kind: litertlm, path: g.litertlm, qairt: "2.44.0.260225"}]
+"""
+
+
+def _check(capsys, *args):
+    from provisioner.cli import main
+
+    capsys.readouterr()
+    code = main(["check", *map(str, args)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, [line for line in err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("text,location,needle", [
+    (None, None, "no such file"),
+    ("", None, "manifest is empty"),
+    ("release: r1\nboard: [iq-8275-evk\n", None, "line 3"),
+    (GOOD.replace("iq-8275-evk", "rb5"), "board", "unknown board"),
+    (GOOD.replace('["2.44.0.260225"]', '["2.44"]'), "qairt[0]", "not a full QAIRT build id"),
+    (GOOD.replace('qairt: "2.44.0.260225"}', 'qairt: "2.45.0.260326"}'), "models[0].qairt", "manifest pins"),
+])
+def test_cli_bad_manifest(tmp_path, capsys, text, location, needle):
+    p = tmp_path / "m.yaml"
+    if text is not None:
+        p.write_text(text)
+    code, out, err = _check(capsys, p, "--no-files")
+    assert code == 2 and out == ""
+    assert err[0].startswith("error: ")
+    if location is None:
+        assert len(err) == 1 and needle in err[0]
+    else:
+        line = next(line for line in err if line.strip().startswith(f"{location}:"))
+        assert needle in line and " -> " in line  # what is wrong -> what to do, on one line
+
+
+def test_cli_good_manifest_prints_plan_summary(tmp_path, capsys):
+    p = tmp_path / "m.yaml"
+    p.write_text(GOOD)
+    code, out, err = _check(capsys, p, "--no-files")
+    assert code == 0 and "m.yaml: OK" in out and "iq-8275-evk" in out and "2.44.0.260225" in out
