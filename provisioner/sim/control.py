@@ -159,38 +159,30 @@ def up(count: int, board_id: str, *, root: str | os.PathLike[str] | None = None,
     return UpResult(boards=created, inventory=inv, bundle=bundle)
 
 
-def ssh_paths(root: Path) -> dict[str, Path]:
-    """Controller key and known_hosts helper D2's host module keeps under ``<root>/ssh``."""
-    try:
-        from provisioner.sim import host
+def write_inventory(root: str | os.PathLike[str] | None, path: Path | None = None) -> Path:
+    """Ansible inventory of every booted board with an SSH address (``<root>/inventory.yml``).
 
-        fn = getattr(host, "ssh_paths", None)
-        if fn is not None:
-            return {k: Path(v) for k, v in fn(root).items()}
-    except ImportError:
-        pass
-    return {"key": root / "ssh" / "id_ed25519", "known_hosts": root / "ssh" / "known_hosts"}
+    Groups are the board types (``iq_8275_evk``...), the fleet's convention, so the playbooks'
+    generated group_vars apply; host vars (address, port, controller key, known_hosts, the
+    board's python) come from helper D2's :func:`provisioner.sim.host.inventory_hosts`.
+    """
+    from provisioner.fleet.inventory import atomic_write, dump_inventory, group_name
+    from provisioner.sim import host
 
-
-def write_inventory(root: Path, path: Path | None = None) -> Path:
-    """Ansible inventory of every booted board with an SSH address (groups = board types)."""
-    from provisioner.fleet.inventory import atomic_write, dump_inventory, inventory_from_records
-
-    root = sim_root(root)
-    records = []
-    for vb in list_boards(root):
-        d = vb.data
-        if d["state"] == "booted" and d.get("ssh"):
-            records.append({"serial": d["serial"], "board": d["board"], "ssh": d["ssh"],
-                            "build_id": d.get("build_id"), "user": "root"})
-    paths = ssh_paths(root)
-    args = (f"-o UserKnownHostsFile={paths['known_hosts']} -o StrictHostKeyChecking=yes "
-            "-o IdentitiesOnly=yes -o ConnectTimeout=5")
-    inv = inventory_from_records(records, key_file=str(paths["key"]), ssh_args=args)
-    out = Path(path) if path else root / "inventory.yml"
-    atomic_write(out, dump_inventory(inv))
-    if path and out != root / "inventory.yml":
-        atomic_write(root / "inventory.yml", dump_inventory(inv))
+    root_p = sim_root(root)
+    booted = {b.serial for b in list_boards(root_p) if b.state == "booted"}
+    groups: dict[str, dict[str, Any]] = {}
+    for name, hv in sorted(host.inventory_hosts(root_p).items()):
+        if hv.get("board_serial") not in booted:
+            continue
+        hv = dict(hv, edge_llm_serial=hv.get("board_serial"))
+        groups.setdefault(group_name(hv["board_type"]), {"hosts": {}})["hosts"][name] = hv
+    inv = {"all": {"children": {g: groups[g] for g in sorted(groups)}}}
+    text = dump_inventory(inv)
+    out = Path(path) if path else root_p / "inventory.yml"
+    atomic_write(out, text)
+    if out != root_p / "inventory.yml":
+        atomic_write(root_p / "inventory.yml", text)
     return out
 
 
@@ -250,11 +242,6 @@ def down(root: str | os.PathLike[str] | None = None, *, keep_cache: bool = True)
     report["boards"] = len(boards)
     for vb in boards:
         supervisor._stop_host(vb)   # idempotent; cleans up after a supervisor killed -9
-    with contextlib.suppress(ImportError, AttributeError):
-        from provisioner.sim import host
-        teardown = getattr(host, "teardown_all", None)
-        if teardown is not None:
-            teardown(root_p)
     # Safety net: any process still naming this root was started by it (sshd -f <root>/..., a
     # supervisor whose pidfile was lost, a qdl waiting forever): end each one by its pid.
     pids = _pids_mentioning(root_p)

@@ -1,0 +1,184 @@
+"""The qdl stand-in: qdl's command line, messages and exit codes, and bytes on the LUN images."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+
+import pytest
+
+from provisioner.sim.board import VirtualBoard
+from provisioner.sim.qdl import install_wrappers
+from provisioner.station.flashxml import parse_rawprogram
+
+from .simcore import build_bundle, qdl_cmd, run
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return build_bundle(tmp_path_factory.mktemp("qdlbundle"))
+
+
+@pytest.fixture
+def sim(tmp_path):
+    root = tmp_path / "sim"
+    return root, install_wrappers(root)
+
+
+@pytest.fixture
+def broken(bundle, tmp_path):
+    dst = tmp_path / "broken"
+    shutil.copytree(bundle, dst)
+    return dst
+
+
+def _board(root, serial="0AA94EFD", slot="1-4.2", state="edl", **kw):
+    return VirtualBoard.create(root, "iq-8275-evk", serial, slot, state=state, **kw)
+
+
+def _read(vb, lun, sector, nbytes):
+    with open(vb.lun_path(lun), "rb") as fh:
+        fh.seek(sector * vb.sector_size)
+        return fh.read(nbytes)
+
+
+def test_flash_writes_every_program_at_its_sector_and_resets_the_board(bundle, sim):
+    root, tools = sim
+    vb = _board(root)
+    other = _board(root, "0AA94E01", "1-4.3")           # a second board in EDL must stay untouched
+    res = run(qdl_cmd(tools["qdl"], bundle, "--serial", "0aa94efd"))
+    assert res.returncode == 0, res.stderr
+    assert 'flashed "rootfs" successfully at' in res.stdout
+    assert re.search(r"^\d+ patches applied$", res.stdout, re.M)
+    assert "partition 1 is now bootable" in res.stdout
+    ss = vb.sector_size
+    for lun in range(6):
+        for prog in parse_rawprogram(bundle / f"rawprogram{lun}.xml"):
+            if not prog.filename or prog.label in ("PrimaryGPT", "BackupGPT"):
+                continue
+            data = (bundle / prog.filename).read_bytes()
+            assert _read(vb, lun, int(prog.start_sector), len(data)) == data, prog.label
+    # The backup GPT went to NUM_DISK_SECTORS-5 of the real LUN size, and the DISK patches made
+    # both headers consistent with that size (valid CRCs), like the firehose programmer does.
+    nsec = vb.lun_size(0) // ss
+    primary = bytearray(_read(vb, 0, 1, 92))
+    backup = bytearray(_read(vb, 0, nsec - 1, 92))
+    assert primary[:8] == backup[:8] == b"EFI PART"
+    assert struct.unpack_from("<Q", primary, 32)[0] == nsec - 1
+    assert struct.unpack_from("<Q", backup, 24)[0] == nsec - 1
+    for hdr in (primary, backup):
+        crc = struct.unpack_from("<I", hdr, 16)[0]
+        hdr[16:20] = b"\0\0\0\0"
+        assert zlib.crc32(hdr) == crc
+    vb.reload()
+    assert vb.state == "booting" and vb.boot_lun == 1
+    parts = json.loads(vb.partitions_path.read_text())
+    assert parts["rootfs"]["lun"] == 0 and parts["rootfs"]["start_sector"] == 4102
+    assert other.lun_path(0).stat().st_blocks == 0 and other.reload().state == "edl"
+    assert not (root / "sysfs/bus/usb/devices/1-4.2").exists()     # reset: gone from USB
+
+
+def test_missing_attribute_fails_the_file_before_any_write(broken, sim):
+    root, tools = sim
+    vb = _board(root)
+    xml = broken / "rawprogram0.xml"
+    xml.write_text(xml.read_text().replace('label="rootfs" ', "", 1))
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
+    assert res.returncode == 1
+    assert "rawprogram0.xml" in res.stderr and "missing attribute label" in res.stderr
+    assert vb.lun_path(0).stat().st_blocks == 0 and vb.reload().state == "edl"
+
+
+def test_missing_file_is_fatal_unless_allow_missing(broken, sim):
+    root, tools = sim
+    vb = _board(root)
+    (broken / "cdt.bin").unlink()
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
+    assert res.returncode == 1 and "unable to open cdt.bin...failing" in res.stderr
+    assert vb.lun_path(3).stat().st_blocks == 0
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial, "--allow-missing"))
+    assert res.returncode == 0, res.stderr
+    assert 'flashed "cdt"' not in res.stdout and 'flashed "rootfs"' in res.stdout
+
+
+def test_bad_sector_expression_fails_that_partition(broken, sim):
+    root, tools = sim
+    vb = _board(root)
+    xml = broken / "rawprogram5.xml"
+    xml.write_text(xml.read_text().replace('start_sector="NUM_DISK_SECTORS-5."', 'start_sector="NUM_DISK_SECTORS-x."'))
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
+    assert res.returncode == 1
+    assert "flashing of BackupGPT failed" in res.stderr
+
+
+def test_file_bigger_than_partition_is_truncated_with_a_warning(broken, sim):
+    root, tools = sim
+    vb = _board(root)
+    (broken / "cdt.bin").write_bytes(b"\xab" * (40 * 4096))     # partition cdt holds 32 sectors
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
+    assert res.returncode == 0
+    assert f"cdt.bin to big for cdt truncated to {32 * 4096}" in res.stdout
+    start = 6
+    assert _read(vb, 3, start + 31, 4096) == b"\xab" * 4096
+    assert _read(vb, 3, start + 32, 4096) != b"\xab" * 4096      # the next partition is not overwritten
+
+
+def test_waits_for_the_device_and_reports_serial_mismatch(bundle, sim):
+    root, tools = sim
+    vb = _board(root, state="off")
+    _board(root, "0AA94E01", "1-4.3")                    # another board is in EDL
+    proc = subprocess.Popen(qdl_cmd(tools["qdl"], bundle, "--serial", vb.serial), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline() + proc.stdout.readline()
+        assert '1 EDL device(s) visible, none match serial "0AA94EFD"' in first
+        assert "Waiting for EDL device" in first
+        time.sleep(0.5)
+        assert proc.poll() is None                       # still waiting, like qdl (forever)
+        vb.set_state("edl")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "partition 1 is now bootable" in out
+
+
+def test_edl_drop_fault_ends_with_usb_error_and_board_off(bundle, sim):
+    root, tools = sim
+    vb = _board(root, faults=("edl-drop",))
+    res = run(qdl_cmd(tools["qdl"], bundle, "--serial", vb.serial))
+    assert res.returncode == 1
+    assert "LIBUSB_ERROR_NO_DEVICE" in res.stderr and "flashing of rootfs failed" in res.stderr
+    assert vb.reload().state == "off"
+    assert not (root / "sysfs/bus/usb/devices/1-4.2").exists()
+
+
+def test_version_list_and_dry_run(bundle, sim):
+    root, tools = sim
+    assert run([str(tools["qdl"]), "--version"]).stdout.strip() == "qdl version 2.5"
+    assert run([str(tools["qdl"]), "list"]).stdout.strip() == "No devices found"
+    _board(root)
+    assert run([str(tools["qdl"]), "list"]).stdout.strip() == "05c6:9008\t0AA94EFD"
+    res = run(qdl_cmd(tools["qdl"], bundle, "--dry-run"))
+    assert res.returncode == 0
+    assert "This is a dry-run execution of QDL. No actual flashing has been performed" in res.stdout
+
+
+def test_debian_2022_flavour_has_no_version_or_serial(bundle, sim):
+    root, tools = sim
+    old = tools["qdl-2022"]
+    res = run([str(old), "--version"])
+    assert res.returncode == 1 and "unrecognized option '--version'" in res.stderr
+    res = run(qdl_cmd(old, bundle, "--serial", "0AA94EFD"))
+    assert res.returncode == 1 and "unrecognized option '--serial'" in res.stderr
+    vb = _board(root)
+    res = run(qdl_cmd(old, bundle))                        # takes the first EDL device it finds
+    assert res.returncode == 0
+    assert "HELLO version:" in res.stderr and '[PROGRAM] flashed "rootfs" successfully at' in res.stderr
+    assert vb.reload().state == "booting"
