@@ -194,7 +194,11 @@ def probe_stack(view: BoardView, host_lib_name: str = "libQnnHtp.so") -> Stack:
         except OSError:
             continue
     cdsp = find_lib("libcdsprpc.so", ld + ["/usr/lib", "/lib", "/usr/lib64"])
-    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    try:
+        from provisioner.sim.limits import effective_memlock
+        soft = effective_memlock()
+    except Exception:   # noqa: BLE001
+        soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
     return Stack(
         host_lib=host, host_build=library_build(host) if host else None,
         skel_lib=skel, skel_build=library_build(skel) if skel else None, other_skels=sorted(set(others)),
@@ -285,6 +289,9 @@ def _scan_build(path: Path, window: int = 1 << 20) -> str | None:
 
 def _inspect(path: Path) -> Any | None:
     """helper A's inspector when its dependencies import here; None otherwise."""
+    site = os.path.join(SIM_DIR, "site")
+    if os.path.isdir(site) and site not in sys.path:
+        sys.path.append(site)      # the controller's packages (litert-lm-builder...), read-only
     try:
         from provisioner.artifacts.inspect import inspect_path
     except Exception:   # noqa: BLE001 - the board's python may lack the builder packages
