@@ -37,11 +37,13 @@ INCORRECT_RE = re.compile(r"Login incorrect|Permission denied", re.I)
 @dataclass
 class CommandResult:
     command: str
-    status: int
+    status: int | None  # None: the shell did not expand $?
     output: str
 
     @property
     def ok(self) -> bool:
+        if self.status is None:
+            return not re.match(r"^(-?sh: |\S+: can't |\S+: .*No such file)", self.output)
         return self.status == 0
 
 
@@ -66,6 +68,7 @@ class ConsoleDriver:
         self._buf = ""
         self._log: Any = None
         self.logged_in = False
+        self.prompt: str | None = None
 
     # -- port handling -------------------------------------------------------------------
     def open(self) -> ConsoleDriver:
@@ -139,7 +142,7 @@ class ConsoleDriver:
             return ""
         if not data:
             return ""
-        text = data.decode("utf-8", errors="replace").replace("\x00", "")
+        text = data.decode("utf-8", errors="replace")
         if self._log:
             self._log.write(text)
             self._log.flush()
@@ -220,24 +223,33 @@ class ConsoleDriver:
                 self.write(secret + "\r", secret=True)
                 sent_password = True
             elif kind == "shell":
+                tail = got[1].rstrip("\n").rsplit("\n", 1)[-1]
+                if 0 < len(tail) <= 80:
+                    self.prompt = tail
                 try:
                     res = self.run("true", timeout_s=min(max(left, 2.0), 5.0), _check_shell=False)
                 except StationError:
                     self.write("\r")
                     continue
-                if res.status == 0:
+                if res.ok:
                     self.logged_in = True
                     return
 
     def run(self, command: str, *, timeout_s: float = 30.0, _check_shell: bool = True) -> CommandResult:
-        """Run ``command`` in the board's shell; output and exit status delimited by markers."""
+        """Run ``command`` in the board's shell; output and exit status delimited by markers.
+
+        Three lines are typed: ``echo __PVB_''<tag>``, the command, ``echo __PVE_''<tag>:$?``.
+        The empty quotes make the echoed input differ from the printed marker, and separate lines
+        keep it working on minimal shells (busybox ash, recovery shells) without ``;`` handling.
+        A shell that does not expand ``$?`` gives ``status=None``.
+        """
         if _check_shell and not self.logged_in:
             self.ensure_shell()
         tag = uuid.uuid4().hex[:10]
-        begin = f"__PVB_{tag}"
-        end_re = re.compile(rf"__PVE_{tag}:(\d+)\n")
+        begin = f"__PVB_{tag}\n"
+        end_re = re.compile(rf"__PVE_{tag}:(\S*)\n")
         self._buf = ""
-        self.write(f"printf '%s%s\\n' __PVB_ {tag}; {command}; printf '%s%s:%s\\n' __PVE_ {tag} $?\r")
+        self.write(f"echo __PVB_''{tag}\r{command}\recho __PVE_''{tag}:$?\r")
         got = self.expect({"end": end_re}, timeout_s)
         if got is None:
             raise StationError(f"console {self.port}: command '{command}' did not finish within {timeout_s:g} s",
@@ -245,13 +257,39 @@ class ConsoleDriver:
         text = got[1]
         m = end_re.search(text)
         assert m is not None
-        start = text.rfind(begin + "\n", 0, m.start())
-        body = text[start + len(begin) + 1:m.start()] if start >= 0 else ""
-        return CommandResult(command, int(m.group(1)), body)
+        start = text.rfind(begin, 0, m.start())
+        body = text[start + len(begin):m.start()] if start >= 0 else ""
+        body = self._clean(body, command, f"echo __PVE_''{tag}")
+        status = int(m.group(1)) if m.group(1).isdigit() else None
+        return CommandResult(command, status, body)
+
+    def _clean(self, body: str, command: str, end_echo: str) -> str:
+        """Remove what the terminal added around the output: the echo of the typed lines and
+        prompts (where they appear depends on whether the shell or the tty does the echo)."""
+        prompt = self.prompt or ""
+        out = ""
+        lines = body.split("\n")
+        for i, line in enumerate(lines):
+            if end_echo in line:
+                head = line[:line.index(end_echo)]
+                if prompt and head.endswith(prompt):
+                    head = head[:-len(prompt)]
+                out += head
+                continue
+            if i == 0 and line.rstrip().endswith(command.strip()):
+                continue
+            if i == len(lines) - 1:
+                out += line
+            else:
+                out += line + "\n"
+        if prompt:
+            out = out.removeprefix(prompt)
+            out = out.removesuffix(prompt)
+        return out
 
     def read_file(self, path: str, *, timeout_s: float = 10.0) -> str | None:
-        res = self.run(f"cat {path} 2>/dev/null", timeout_s=timeout_s)
-        return res.output.strip() if res.ok else None
+        res = self.run(f"cat {path}", timeout_s=timeout_s)
+        return res.output.replace("\x00", "\n").strip() if res.ok else None
 
     # -- board operations ----------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -263,8 +301,8 @@ class ConsoleDriver:
         ident["soc_id"] = int(soc_id) if soc_id and soc_id.isdigit() else soc_id
         sn = self.read_file("/sys/devices/soc0/serial_number")
         ident["serial"] = f"{int(sn):08X}" if sn and sn.isdigit() else (sn.upper() if sn else None)
-        compat = self.run(f"tr '\\000' '\\n' < {layout.DT_COMPATIBLE} 2>/dev/null")
-        ident["compatible"] = [c.strip() for c in compat.output.splitlines() if c.strip()] if compat.ok else []
+        compat = self.read_file(layout.DT_COMPATIBLE) or ""
+        ident["compatible"] = [c.strip() for c in compat.splitlines() if c.strip()]
         osr = self.read_file(layout.OS_RELEASE) or ""
         os_release: dict[str, str] = {}
         for line in osr.splitlines():
@@ -275,9 +313,9 @@ class ConsoleDriver:
         ident["build_id"] = os_release.get("BUILD_ID")
         dm = self.read_file(layout.DOWNLOAD_MODE_PARAM)
         ident["download_mode"] = int(dm) if dm and dm.isdigit() else dm
-        host = self.run("hostname 2>/dev/null || cat /etc/hostname")
+        host = self.run("hostname")
         ident["hostname"] = host.output.strip().splitlines()[-1] if host.ok and host.output.strip() else None
-        ip = self.run("ip -4 -o addr show scope global 2>/dev/null")
+        ip = self.run("ip -4 -o addr show scope global")
         addrs = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", ip.output) if ip.ok else []
         ident["ip"] = addrs[0] if addrs else None
         return ident

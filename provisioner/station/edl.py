@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
-from provisioner.errors import StationError
 
 _SN = re.compile(r"_SN:([0-9A-Fa-f]+)")
 _PORT = re.compile(r"^\d+-\d+(\.\d+)*$")
@@ -58,12 +57,11 @@ def scan_edl(sysfs_root: Path | str = "/sys", slots: dict[str, str] | None = Non
     """Every 05c6:9008 / 05c6:900e device under ``<sysfs_root>/bus/usb/devices``, sorted by port.
 
     Interfaces (``1-4.2:1.0``) and root hubs (``usb1``) are skipped; a device whose entry
-    vanishes while being read (unplugged, reset) is skipped too, not an error.
+    vanishes while being read (unplugged, reset) is skipped too, not an error. A missing
+    ``bus/usb/devices`` folder means no USB devices (callers name the root in their errors).
     """
     root = Path(sysfs_root)
     devices = root / "bus" / "usb" / "devices"
-    if not root.is_dir():
-        raise StationError(f"sysfs root {root} does not exist", "set sysfs_root in station.yaml or --sysfs-root")
     ids = catalog.usb_ids()
     modes = {ids["edl_product"].lower(): "edl", ids["ramdump_product"].lower(): "ramdump"}
     out: list[EdlDevice] = []

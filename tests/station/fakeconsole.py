@@ -24,6 +24,7 @@ class FakeConsole:
         self.prompt = f"root@{hostname}:~# "
         self.received = b""
         self.commands: list[str] = []
+        self.status = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -94,7 +95,9 @@ class FakeConsole:
                 else:
                     if text.strip():
                         self.commands.append(text)
+                        text = text.replace("$?", str(self.status))  # a persistent shell's last status
                         cp = subprocess.run(["sh", "-c", text], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                             text=True, timeout=5)
+                        self.status = cp.returncode
                         self._send(cp.stdout)
                     self._send(self.prompt)
