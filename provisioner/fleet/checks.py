@@ -24,6 +24,9 @@ RLIM_INFINITY_TEXT = "infinity"
 SMOKE_PROMPT = "Explain in two sentences what an NPU is."
 SMOKE_MAX_TOKENS = 128
 SMOKE_TIMEOUT_S = 300
+DT_BASE = "/sys/firmware/devicetree/base"    # /proc/device-tree is a symlink to it on DT kernels
+LIMITS_CONF = "/etc/security/limits.conf"
+LIMITS_D = "/etc/security/limits.d"
 
 
 @dataclass(frozen=True)
@@ -255,10 +258,13 @@ def probe_spec(expect: Expect, *, only_model: str | None = None, smoke_only: boo
                             "rehash": expect.rehash}
     if not smoke_only:
         spec["read"] = {
-            "soc0_machine": layout.SOC0_MACHINE, "soc_id": layout.SOC0_SOC_ID, "dt_compatible": layout.DT_COMPATIBLE,
-            "dt_model": layout.DT_MODEL, "os_release": layout.OS_RELEASE, "download_mode": layout.DOWNLOAD_MODE_PARAM,
-            "limits": layout.LIMITS_FILE,
+            "soc0_machine": layout.SOC0_MACHINE, "soc_id": layout.SOC0_SOC_ID,
+            "dt_compatible": [layout.DT_COMPATIBLE, DT_BASE + "/compatible"],
+            "dt_model": [layout.DT_MODEL, DT_BASE + "/model"], "os_release": layout.OS_RELEASE,
+            "download_mode": layout.DOWNLOAD_MODE_PARAM,
+            "limits_conf": LIMITS_CONF,
         }
+        spec["read_dir"] = {"limits_d": LIMITS_D}
         spec["stat"] = {"fastrpc_device": layout.FASTRPC_DEVICE, "fastrpc_lib": layout.FASTRPC_LIB}
         spec["units_active"] = {"cdsprpcd": layout.FASTRPC_SERVICE}
         spec["group_members"] = [layout.FASTRPC_GROUP]
@@ -448,10 +454,54 @@ def _limits_checks(expect: Expect, probe: dict[str, Any]) -> list[Check]:
                          + ("" if ok else " (want infinity)"), "memlock"))
     root = probe.get("rlimit_memlock") or {}
     soft = root.get("soft")
-    ok = _memlock_ok(soft)
+    texts = [_read(probe, "limits_conf") or ""]
+    texts += [t or "" for _n, t in sorted(((probe.get("read_dir") or {}).get("limits_d") or {}).items())]
+    configured = pam_memlock("root", texts)
+    live_ok, conf_ok = _memlock_ok(soft), _memlock_ok(configured)
     shown = "unlimited" if soft in (-1, "infinity") else _human_memlock(soft)
-    out.append(Check("memlock-root", ok, f"root ulimit -l {shown}" + ("" if ok else " (want unlimited)"), "memlock"))
+    conf_shown = "unlimited" if configured == "infinity" else _human_memlock(configured)
+    if live_ok:
+        out.append(Check("memlock-root", True, f"root ulimit -l {shown}"))
+    elif conf_ok:
+        out.append(Check("memlock-root", True, f"limits.d gives root {conf_shown} at login "
+                                               f"(this session: {shown})"))
+    else:
+        out.append(Check("memlock-root", False, f"root ulimit -l {shown}, limits.d gives {conf_shown} "
+                                                "(want unlimited)", "memlock"))
     return out
+
+
+def pam_memlock(user: str, texts: list[str], default_kib: int = 8192) -> str | int:
+    """Soft memlock (bytes or "infinity") pam_limits gives ``user`` from limits.conf + limits.d texts.
+
+    pam_limits rules: the user's own line beats ``@group`` beats ``*``; wildcard and group lines
+    never apply to root, which is why a limits.d file must name root explicitly (QLI default 8 MB).
+    """
+    best: dict[str, tuple[int, Any]] = {}
+    for text in texts:
+        for line in text.splitlines():
+            parts = line.split("#", 1)[0].split()
+            if len(parts) != 4 or parts[2].lower() != "memlock":
+                continue
+            domain, kind, _item, val = parts
+            if domain == user:
+                prio = 0
+            elif domain == "*" and user != "root":
+                prio = 2
+            else:
+                continue
+            v: Any = "infinity" if val.lower() in ("unlimited", "infinity", "-1") else None
+            if v is None:
+                try:
+                    v = int(val) * 1024
+                except ValueError:
+                    continue
+            for k in (("soft", "hard") if kind == "-" else (kind,)):
+                if k in ("soft", "hard") and (k not in best or prio <= best[k][0]):
+                    best[k] = (prio, v)
+    if "soft" in best:
+        return best["soft"][1]
+    return best["hard"][1] if "hard" in best else default_kib * 1024
 
 
 def _download_mode_check(expect: Expect, probe: dict[str, Any]) -> list[Check]:
@@ -595,3 +645,24 @@ def smoke_check(m: ModelExpect, run: dict[str, Any]) -> tuple[Check, dict[str, A
     if m.max_ttft_s is not None and ttft is not None and ttft > m.max_ttft_s:
         return Check(name, False, f"TTFT {ttft} s > {m.max_ttft_s} s", "ttft"), fig
     return Check(name, True, f"decode {dec} tok/s, TTFT {ttft} s, coherent"), fig
+
+
+def benchmark_summary(expect: Expect, repeats: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Median decode tok/s and TTFT per model over repeated smoke runs (failed runs are counted, not averaged)."""
+    import statistics
+
+    out: dict[str, Any] = {}
+    for m in expect.models:
+        runs = repeats.get(m.name) or []
+        figs = []
+        for run in runs:
+            check, fig = smoke_check(m, run)
+            figs.append({"ok": check.ok, "decode_tok_s": fig.get("decode_tok_s"), "ttft_s": fig.get("ttft_s"),
+                         "detail": "" if check.ok else check.detail})
+        decs = [f["decode_tok_s"] for f in figs if f["decode_tok_s"] is not None]
+        ttfts = [f["ttft_s"] for f in figs if f["ttft_s"] is not None]
+        out[m.name] = {"runs": figs, "n": len(figs), "failed": sum(1 for f in figs if not f["ok"]),
+                       "median_decode_tok_s": round(statistics.median(decs), 2) if decs else None,
+                       "median_ttft_s": round(statistics.median(ttfts), 4) if ttfts else None,
+                       "min_decode_tok_s": m.min_decode_tok_s, "max_ttft_s": m.max_ttft_s}
+    return out

@@ -21,7 +21,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("expect", "only_model", "smoke_only", "model_dir", "keep_probe"))
+    _VALID_ARGS = frozenset(("expect", "only_model", "smoke_only", "model_dir", "keep_probe", "repeat"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -35,6 +35,9 @@ class ActionModule(ActionBase):
         smoke_only = bool(args.get("smoke_only", False))
         spec = checks.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
                                  model_dir_override=args.get("model_dir") or None)
+        repeat = int(args.get("repeat") or 1)
+        for run in spec["runs"].values():
+            run["repeat"] = repeat
         raw = self._execute_module(module_name="edge_llm.fleet.verify", module_args={"spec": spec},
                                    task_vars=task_vars)
         if raw.get("unreachable"):
@@ -46,7 +49,12 @@ class ActionModule(ActionBase):
         if args.get("only_model"):
             verdict["models"] = {k: v for k, v in verdict["models"].items() if k == args["only_model"]}
         result["changed"] = False
-        result["edge_llm"] = {"kind": "verify", **verdict}
+        if repeat > 1:
+            verdict["kind"] = "benchmark"
+            verdict["benchmark"] = checks.benchmark_summary(expect, raw["probe"].get("repeats") or {})
+            result["edge_llm"] = verdict
+        else:
+            result["edge_llm"] = {"kind": "verify", **verdict}
         if args.get("keep_probe"):
             result["probe"] = raw["probe"]
         if not verdict["ok"]:

@@ -24,7 +24,7 @@ description:
 author: edge-llm provisioner
 """
 
-KEEP = ("msg", "changed", "rc", "stderr", "bytes_downloaded", "resumed_from", "dest", "status", "elapsed",
+KEEP = ("msg", "rc", "stderr", "bytes_downloaded", "resumed_from", "dest", "status", "elapsed",
         "attempts", "skip_reason", "edge_llm")
 
 

@@ -261,7 +261,20 @@ def gather(spec, check_mode):
     probe = {"read": {}, "stat": {}, "exists": {}, "units_active": {}, "units_show": {}, "models": {},
              "qairt": {}, "runs": {}, "groups": {}}
     for key, path in (spec.get("read") or {}).items():
-        probe["read"][key] = read_text(path)
+        paths = path if isinstance(path, list) else [path]     # first existing wins (aliases)
+        for candidate in paths:
+            probe["read"][key] = read_text(candidate)
+            if probe["read"][key].get("content") is not None:
+                break
+    for key, directory in (spec.get("read_dir") or {}).items():
+        found = {}
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".conf"))
+        except OSError:
+            names = []
+        for name in names:
+            found[name] = read_text(os.path.join(directory, name)).get("content")
+        probe.setdefault("read_dir", {})[key] = found
     for key, path in (spec.get("stat") or {}).items():
         probe["stat"][key] = stat_path(path)
     for key, paths in (spec.get("exists") or {}).items():
@@ -291,7 +304,10 @@ def gather(spec, check_mode):
     for name, qspec in (spec.get("qairt") or {}).items():
         probe["qairt"][name] = qairt_info(qspec)
     for name, rspec in (spec.get("runs") or {}).items():
-        probe["runs"][name] = run_one(rspec)
+        results = [run_one(rspec) for _ in range(max(1, int(rspec.get("repeat") or 1)))]
+        probe["runs"][name] = results[0]
+        if len(results) > 1:
+            probe.setdefault("repeats", {})[name] = results
     return probe
 
 

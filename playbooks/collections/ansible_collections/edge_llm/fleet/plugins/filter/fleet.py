@@ -1,0 +1,41 @@
+"""Filters that compute per-board plans on the controller from provisioner's layout and catalog.
+
+deploy_plan: what a board must pull (QAIRT/runtime trees, model versions) and where it goes.
+serve_units: per model the edge-llm-serve config, unit name and systemd drop-in (run env, memlock).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from provisioner.fleet import artifacts, checks, service
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[7]))
+    from provisioner.fleet import artifacts, checks, service
+
+
+def deploy_plan(index, models, board_id, staging="/opt/edge-llm/.staging"):
+    if not index:
+        raise AnsibleFilterError("edge_llm_deploy is empty: pass the artifact index (provisioner fleet deploy "
+                                 "--artifacts DIR --artifact-url URL)")
+    try:
+        return artifacts.deploy_plan(dict(index), list(models or []), str(board_id), staging)
+    except Exception as exc:  # UserError from the catalog
+        raise AnsibleFilterError(f"deploy_plan: {exc}") from exc
+
+
+def serve_units(expect_vars, bind="127.0.0.1"):
+    try:
+        expect = checks.Expect.from_vars(dict(expect_vars))
+    except Exception as exc:
+        raise AnsibleFilterError(f"serve_units: {exc}") from exc
+    return service.units(expect, bind=bind)
+
+
+class FilterModule:
+    def filters(self):
+        return {"deploy_plan": deploy_plan, "serve_units": serve_units}

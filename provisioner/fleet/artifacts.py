@@ -1,0 +1,169 @@
+"""Artifact index for ``fleet deploy``: what the artifact server holds, with sha256 and size.
+
+Boards PULL from the artifact server (the controller never streams 3-5 GB per board through
+itself). The controller only needs the index: it scans a directory laid out like the server's
+document root, hashes each file once (cached by size and mtime in ``.edge-llm-index.json``), and
+hands the result to the playbook as ``edge_llm_deploy``. :func:`deploy_plan` then picks, per board,
+what its models need and where it goes on the board (:mod:`provisioner.layout`).
+
+Server layout::
+
+    qairt/<build>.tar.gz               -> /opt/qairt/<build>/         (host libs, skels, genie bin)
+    litert-lm/<rev>.tar.gz             -> /opt/litert-lm/<rev>/       (bin/litert_lm_main, lib/*.so)
+    models/<name>/<version>/<files>    -> /opt/edge-llm/models/<name>/<version>/ (+ current, previous)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from provisioner import catalog, layout
+from provisioner.errors import FleetError
+from provisioner.fleet.inventory import atomic_write
+
+CACHE_NAME = ".edge-llm-index.json"
+PREVIOUS = "previous"      # symlink beside ``current``: the version a rollback returns to
+ARTIFACT_MARK = ".edge-llm-artifact.json"
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(4 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Hasher:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.path = root / CACHE_NAME
+        try:
+            self.data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.data = {}
+        self.dirty = False
+
+    def entry(self, path: Path) -> dict[str, Any]:
+        rel = str(path.relative_to(self.root))
+        st = path.stat()
+        hit = self.data.get(rel)
+        if hit and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+            return {"size": st.st_size, "sha256": hit["sha256"]}
+        sha = _sha256(path)
+        self.data[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+        self.dirty = True
+        return {"size": st.st_size, "sha256": sha}
+
+    def save(self) -> None:
+        if self.dirty:
+            try:
+                atomic_write(self.path, json.dumps(self.data, indent=1, sort_keys=True))
+            except OSError:
+                pass   # read-only mirror: hashing again next time is only slower
+
+
+def build_index(root: Path | str, base_url: str) -> dict[str, Any]:
+    """``edge_llm_deploy`` for the artifact tree at ``root`` served at ``base_url``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FleetError(f"artifact directory {root} does not exist", "pass --artifacts DIR (the server's root)")
+    base = base_url.rstrip("/")
+    hasher = _Hasher(root)
+    index: dict[str, Any] = {"base_url": base, "qairt": [], "runtimes": [], "models": []}
+    for tar in sorted((root / "qairt").glob("*.tar.gz")):
+        ver = tar.name.removesuffix(".tar.gz")
+        if not catalog.is_qairt_build(ver):
+            raise FleetError(f"{tar}: '{ver}' is not a QAIRT build id", "name it <major.minor.patch.build>.tar.gz")
+        index["qairt"].append({"version": ver, "url": f"{base}/qairt/{tar.name}", **hasher.entry(tar)})
+    for tar in sorted((root / "litert-lm").glob("*.tar.gz")):
+        rev = tar.name.removesuffix(".tar.gz")
+        index["runtimes"].append({"name": "litert_lm", "rev": rev, "url": f"{base}/litert-lm/{tar.name}",
+                                  **hasher.entry(tar)})
+    for mdir in sorted(p for p in (root / "models").glob("*/*") if p.is_dir()):
+        name, version = mdir.parent.name, mdir.name
+        if not VERSION_RE.match(version) or version in ("current", PREVIOUS) or version.endswith(".partial"):
+            raise FleetError(f"{mdir}: bad version directory name", "use the sha256 prefix or a plain version")
+        meta: dict[str, Any] = {}
+        if (mdir / layout.MODEL_META).is_file():
+            meta = json.loads((mdir / layout.MODEL_META).read_text(encoding="utf-8"))
+        files = []
+        for f in sorted(p for p in mdir.rglob("*") if p.is_file() and p.name != layout.MODEL_META):
+            rel = str(f.relative_to(mdir))
+            files.append({"name": rel, "url": f"{base}/models/{name}/{version}/{rel}", **hasher.entry(f)})
+        if not files:
+            raise FleetError(f"{mdir}: no files", "put the model's files (or the Genie bundle) in it")
+        info = catalog.models().get(meta.get("reference") or name)
+        kind = meta.get("kind") or ("litertlm" if any(f["name"].endswith(".litertlm") for f in files) else "genie")
+        qairt = catalog.normalize_qairt(str(meta.get("qairt") or (info.qairt if info else "")))
+        if not catalog.is_qairt_build(qairt):
+            raise FleetError(f"{mdir}: unknown QAIRT build for model '{name}'",
+                             f"add {layout.MODEL_META} with \"qairt\": \"<build>\"")
+        entry = {"name": name, "version": version, "kind": kind,
+                 "runtime": meta.get("runtime") or ("litert_lm" if kind == "litertlm" else "genie"),
+                 "qairt": qairt, "files": files, "size": sum(f["size"] for f in files)}
+        if kind == "litertlm":
+            main = next(f for f in files if f["name"].endswith(".litertlm"))
+            entry["sha256"] = main["sha256"]
+            entry["file"] = main["name"]
+        index["models"].append(entry)
+    hasher.save()
+    return index
+
+
+def load_index(path: Path | str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FleetError(f"artifact index {path}: cannot read: {exc}", "pass a JSON index or --artifacts DIR") from exc
+    for key in ("qairt", "runtimes", "models"):
+        data.setdefault(key, [])
+    return data
+
+
+def deploy_plan(index: dict[str, Any], models: list[dict[str, Any]], board_id: str,
+                staging: str = "/opt/edge-llm/.staging") -> dict[str, Any]:
+    """What one board must install: trees (QAIRT/runtime tarballs) and model versions, with on-board paths.
+
+    Only models the board's group expects (``edge_llm_models`` names) are deployed; the newest
+    index entry per model name wins (the index lists one version per model in practice).
+    """
+    board = catalog.board(board_id)
+    wanted = {m["name"] for m in models}
+    picked: dict[str, dict[str, Any]] = {}
+    for m in index.get("models") or []:
+        if m["name"] in wanted:
+            picked[m["name"]] = m
+    need_qairt = {m["qairt"] for m in picked.values()}
+    need_litert = any(m["runtime"] == "litert_lm" for m in picked.values())
+    trees = []
+    for q in index.get("qairt") or []:
+        if q["version"] in need_qairt:
+            trees.append({"kind": "qairt", "name": q["version"], "url": q["url"], "sha256": q["sha256"],
+                          "size": q["size"], "dest": layout.qairt_dir(q["version"]),
+                          "staging": f"{staging}/qairt-{q['version']}.tar.gz"})
+    missing_q = need_qairt - {t["name"] for t in trees}
+    if need_litert:
+        for r in index.get("runtimes") or []:
+            if r["name"] == "litert_lm":
+                trees.append({"kind": "runtime", "name": r["rev"], "url": r["url"], "sha256": r["sha256"],
+                              "size": r["size"], "dest": layout.litert_dir(r["rev"]),
+                              "staging": f"{staging}/litert-lm-{r['rev']}.tar.gz"})
+    out_models = []
+    for m in picked.values():
+        vdir = layout.model_version_dir(m["name"], m["version"])
+        meta = {"name": m["name"], "kind": m["kind"], "runtime": m["runtime"], "qairt": m["qairt"],
+                "sha256": m.get("sha256"), "size": m["size"], "version": m["version"],
+                "files": [f["name"] for f in m["files"]]}
+        out_models.append({"name": m["name"], "version": m["version"], "qairt": m["qairt"], "runtime": m["runtime"],
+                           "files": m["files"], "dir": layout.model_dir(m["name"]), "version_dir": vdir,
+                           "partial_dir": f"{vdir}.partial", "current": layout.model_current(m["name"]),
+                           "previous": f"{layout.model_dir(m['name'])}/{PREVIOUS}", "meta": meta,
+                           "size": m["size"]})
+    return {"board": board.id, "trees": trees, "models": out_models, "missing_qairt": sorted(missing_q),
+            "staging": staging}
