@@ -1,0 +1,91 @@
+"""The console path against booted virtual EVKs (supervisor-driven ptys): identity, download_mode,
+reboot edl, and flash + boot check that reads the new BUILD_ID back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.sim import control
+from provisioner.station.config import Credential
+from provisioner.station.console import ConsoleDriver
+from provisioner.station.flash import flash_release
+from provisioner.station.records import Records, build_inventory
+
+from .test_flash import _assert_flashed
+
+
+@pytest.fixture
+def booted(station, monkeypatch):
+    """Booted boards (no network: the console is all we use here) with the QLI root password."""
+    monkeypatch.setenv("PROVISIONER_SIM_BOOT_SCALE", "0")
+    monkeypatch.setenv("PROVISIONER_CONSOLE_PASSWORD", "oelinux123")
+
+    def up(n=1, faults=("unreachable",)):
+        return control.up(n, "iq-8275-evk", root=station.root, faults=faults).boards
+
+    yield up
+    control.down(station.root)
+
+
+def test_identity_and_download_mode_via_cli(booted, capsys):
+    vb = booted()[0]
+    port = str(vb.console_link)
+    assert main(["console", port, "--identity", "--download-mode", "1", "--run", "uname -m", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ident = out["identity"]
+    assert (ident["machine"], ident["soc_id"], ident["serial"]) == ("QCS8275", 675, vb.serial)
+    assert ident["compatible"] == ["qcom,monaco-evk", "qcom,qcs8300"]
+    assert ident["build_id"] == vb.reload().data["build_id"]
+    assert out["download_mode"] == 1 and vb.reload().data["download_mode"] == 1
+    assert out["commands"][0]["output"].strip() == "aarch64"
+    assert "oelinux123" not in json.dumps(out)
+
+
+def test_console_edl_then_scan_sees_it(booted, station, capsys):
+    vb = booted()[0]
+    assert main(["console", str(vb.console_link), "--edl"]) == 0
+    capsys.readouterr()
+    from provisioner.station import edl
+
+    dev = edl.wait_for_device(station.config.sysfs_root, vb.serial, timeout_s=10)
+    assert dev is not None and dev.port == vb.slot
+    assert main(["station", "scan", "--sysfs-root", str(station.config.sysfs_root), "--json"]) == 0
+    assert [(d["serial"], d["mode"]) for d in json.loads(capsys.readouterr().out)["edl"]] == [(vb.serial, "edl")]
+
+
+def test_flash_with_boot_check_reads_new_release_back(booted, station, release_8275):
+    boards = booted(2)
+    old = boards[0].reload().data["build_id"]
+    station.config.consoles = {b.serial: str(b.console_link) for b in boards}
+    with Records(station.config.database) as rec:
+        run = flash_release(release_8275, station.config, serials=[b.serial for b in boards], boot_check=True,
+                            boot_timeout_s=30, edl_timeout_s=15, records=rec)
+        inv = build_inventory(rec)
+        hist = rec.history()
+    assert run.ok, [r.error for r in run.results]
+    for r, b in zip(run.results, boards, strict=True):
+        assert r.state == "verified" and r.identity["build_id"] == "gemma4-e2b-iq8275-2026.11" != old
+        _assert_flashed(b.reload(), next((release_8275 / "flash").iterdir()))
+    assert {h["identity"]["build_id"] for h in hist} == {"gemma4-e2b-iq8275-2026.11"}
+    hosts = inv["all"]["children"]["iq_8275_evk"]["hosts"]
+    assert sorted(hosts) == sorted(r.identity["hostname"] for r in run.results)
+
+
+def test_board_without_prompt_fails_with_port_named(booted, capsys):
+    vb = booted(faults=("unreachable", "no-prompt"))[0]
+    port = str(vb.console_link)
+    assert main(["console", port, "--identity", "--timeout", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert f"console {port}: no login or shell prompt within 1.5 s" in err
+
+
+def test_already_logged_in_board_is_reused(booted):
+    vb = booted()[0]
+    with ConsoleDriver(str(vb.console_link), credential=Credential(), prompt_timeout_s=5) as con:
+        con.ensure_shell()
+    # the shell stays logged in on the line (like a real UART); no password needed the second time
+    with ConsoleDriver(str(vb.console_link), credential=Credential(env="NO_SUCH_VAR"), prompt_timeout_s=5) as con:
+        assert con.run("whoami").output.strip() == "root"
