@@ -38,16 +38,16 @@ def run(argv: list[str], timeout: float = 60, **kw) -> subprocess.CompletedProce
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def read_until(ser, needle: bytes, timeout: float = 20.0) -> bytes:
-    """Read from a pyserial port until ``needle`` shows up (AssertionError with what came otherwise)."""
+def read_until(ser, *needles: bytes, timeout: float = 20.0) -> bytes:
+    """Read from a pyserial port until one of ``needles`` shows up (AssertionError with what came otherwise)."""
     buf = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         chunk = ser.read(ser.in_waiting or 1)
         buf += chunk
-        if needle in buf:
+        if any(n in buf for n in needles):
             return buf
-    raise AssertionError(f"{needle!r} not seen within {timeout}s; got {buf[-400:]!r}")
+    raise AssertionError(f"{needles!r} not seen within {timeout}s; got {buf[-400:]!r}")
 
 
 def sim_pids(root: Path) -> list[int]:
