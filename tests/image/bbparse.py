@@ -11,7 +11,6 @@ see which recipes a manifest change would rebuild.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import types
 from pathlib import Path

@@ -22,8 +22,8 @@ EDGE_LLM_MODEL_SHA256 ??= ""
 EDGE_LLM_MODEL_SIZE ??= ""
 EDGE_LLM_MODEL_LICENSE ??= "CLOSED"
 
+SUMMARY ?= "LLM ${EDGE_LLM_MODEL_NAME} for QAIRT ${EDGE_LLM_MODEL_QAIRT}"
 LICENSE ?= "${EDGE_LLM_MODEL_LICENSE}"
-SUMMARY ?= "LLM ${EDGE_LLM_MODEL_NAME} (${EDGE_LLM_MODEL_KIND}, QAIRT ${EDGE_LLM_MODEL_QAIRT})"
 
 # Remote models carry their sha256; local files/bundles (file://) are checksummed by bitbake itself.
 SRC_URI = "${EDGE_LLM_MODEL_URI}"
@@ -131,6 +131,6 @@ python do_install() {
     os.symlink(version, d.getVar("D") + "%s/%s/current" % (root, name))
 }
 
-FILES:${PN} = "${EDGE_LLM_MODELS_ROOT}/${EDGE_LLM_MODEL_NAME}"
+FILES:${PN} += "${EDGE_LLM_MODELS_ROOT}/${EDGE_LLM_MODEL_NAME}"
 # Model weights and HTP context binaries are data, not code for the target CPU.
 INSANE_SKIP:${PN} += "arch already-stripped file-rdeps"

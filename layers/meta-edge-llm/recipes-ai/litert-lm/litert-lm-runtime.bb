@@ -1,8 +1,8 @@
-SUMMARY = "LiteRT-LM NPU runtime (litert_lm_main) built from LiteRT-LM ${LITERT_LM_REV} for QAIRT ${LITERT_LM_QAIRT}"
+SUMMARY = "LiteRT-LM NPU runtime ${LITERT_LM_REV} for QAIRT ${LITERT_LM_QAIRT}"
 DESCRIPTION = "Prebuilt aarch64 litert_lm_main, libLiteRt.so, libLiteRtDispatch_Qualcomm.so and \
-libGemmaModelConstraintProvider.so, built by `provisioner litert build` from LiteRT-LM ${LITERT_LM_REV} \
-with the three Linux/QLI patches in files/ (dispatch dir, HTP burst, SoC guard). Installed under \
-${LITERT_LM_ROOT}/${LITERT_LM_REV}."
+               libGemmaModelConstraintProvider.so, built by `provisioner litert build` from LiteRT-LM ${LITERT_LM_REV} \
+               with the three Linux/QLI patches in files/ (dispatch dir, HTP burst, SoC guard). Installed under \
+               ${LITERT_LM_ROOT}/${LITERT_LM_REV}."
 HOMEPAGE = "https://github.com/google-ai-edge/LiteRT-LM"
 SECTION = "libs"
 LICENSE = "Apache-2.0"
@@ -34,6 +34,7 @@ python litert_lm_require_checksum() {
                  "(it writes %s to DL_DIR and prints its sha256) and set LITERT_LM_RUNTIME_SHA256"
                  % d.getVar("LITERT_LM_TARBALL"))
 }
+litert_lm_require_checksum[doc] = "Stops do_fetch with the fix when the tarball sha256 is unknown"
 do_fetch[prefuncs] += "litert_lm_require_checksum"
 
 do_configure[noexec] = "1"
@@ -59,7 +60,7 @@ INHIBIT_PACKAGE_DEBUG_SPLIT = "1"
 EXCLUDE_FROM_SHLIBS = "1"
 SOLIBS = ".so"
 FILES_SOLIBSDEV = ""
-FILES:${PN} = "${LITERT_LM_ROOT}/${LITERT_LM_REV}"
+FILES:${PN} += "${LITERT_LM_ROOT}/${LITERT_LM_REV}"
 # The QNN libraries it loads come from this exact QAIRT build, never /usr/lib's qairt-sdk.
 RDEPENDS:${PN} = "qairt-runtime-${LITERT_LM_QAIRT}"
 # libdir: side-by-side install under /opt; dev-so: unversioned .so from the Bazel build;

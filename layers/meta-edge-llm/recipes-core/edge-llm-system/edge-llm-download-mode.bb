@@ -1,8 +1,9 @@
 SUMMARY = "Apply the image's qcom_scm download_mode at boot"
 DESCRIPTION = "download_mode=1 parks a crashed SoC in EDL ramdump (USB 05c6:900e) until someone power \
-cycles it; production images use 0 so the board reboots. The kernel command line carries the same \
-value (kas local_conf_header 'cmdline'); this service re-applies it at runtime in case the boot \
-loader or a later kernel change overrides the command line."
+               cycles it; production images use 0 so the board reboots. The kernel command line carries the same \
+               value (kas local_conf_header 'cmdline'); this service re-applies it at runtime in case the boot \
+               loader or a later kernel change overrides the command line."
+SECTION = "base"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
 

@@ -1,6 +1,7 @@
 SUMMARY = "Root login policy of an edge-llm image and the fleet's SSH public keys"
 DESCRIPTION = "keys-only: root logs in with the manifest's SSH public keys only; disabled: no root \
-login over SSH; debug: QLI's defaults (empty/default passwords) stay."
+               login over SSH; debug: QLI's defaults (empty/default passwords) stay."
+SECTION = "base"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
 
@@ -43,5 +44,5 @@ python do_install() {
         os.chmod(path, 0o600)
 }
 
-FILES:${PN} = "${EDGE_LLM_SSHD_DROPIN} ${EDGE_LLM_ROOT_HOME}/.ssh"
+FILES:${PN} += "${EDGE_LLM_SSHD_DROPIN} ${EDGE_LLM_ROOT_HOME}/.ssh"
 ALLOW_EMPTY:${PN} = "1"

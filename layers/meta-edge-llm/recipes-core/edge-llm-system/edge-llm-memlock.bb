@@ -1,7 +1,8 @@
 SUMMARY = "Raise the locked-memory limit for LLM inference (FastRPC pins ~1.17 GB)"
 DESCRIPTION = "QLI's default locked-memory limit is 8 MB, which gives 'Could not allocate persistent \
-weights buffer!'. limits.d covers login sessions; systemd services do not read limits.conf, so the \
-systemd manager default and the inference service get LimitMEMLOCK too."
+               weights buffer!'. limits.d covers login sessions; systemd services do not read limits.conf, so the \
+               systemd manager default and the inference service get LimitMEMLOCK too."
+SECTION = "base"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
 
@@ -39,4 +40,4 @@ python do_install() {
             f.write(text)
 }
 
-FILES:${PN} = "${EDGE_LLM_LIMITS_FILE} ${EDGE_LLM_SYSTEMD_DROPIN} ${EDGE_LLM_SERVE_DROPIN}"
+FILES:${PN} += "${EDGE_LLM_LIMITS_FILE} ${EDGE_LLM_SYSTEMD_DROPIN} ${EDGE_LLM_SERVE_DROPIN}"

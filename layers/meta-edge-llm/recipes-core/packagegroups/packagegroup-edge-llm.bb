@@ -1,8 +1,8 @@
 SUMMARY = "Everything an edge-llm image runs models with, except the models themselves"
 DESCRIPTION = "The QAIRT builds the manifest pins (host libraries + this machine's Hexagon skel, Genie \
-when wanted), the LiteRT-LM runtime when wanted, and the board policy: memlock, download_mode, \
-FastRPC access for the inference user, login policy. Models are added by the image, so a model \
-change never touches this package group."
+               when wanted), the LiteRT-LM runtime when wanted, and the board policy: memlock, download_mode, \
+               FastRPC access for the inference user, login policy. Models are added by the image, so a model \
+               change never touches this package group."
 LICENSE = "MIT"
 
 # Hexagon skel package and the QAIRT build list depend on the machine.
@@ -34,12 +34,12 @@ def edge_llm_runtime_packages(d):
     return " ".join(pkgs)
 
 RDEPENDS:${PN} = "\
-    fastrpc \
-    edge-llm-memlock \
-    edge-llm-download-mode \
-    edge-llm-user \
-    edge-llm-login \
     ${@edge_llm_runtime_packages(d)} \
+    edge-llm-download-mode \
+    edge-llm-login \
+    edge-llm-memlock \
+    edge-llm-user \
+    fastrpc \
 "
 # The inference service (recipes-ai/edge-llm-serve) when present.
 RRECOMMENDS:${PN} = "edge-llm-serve"

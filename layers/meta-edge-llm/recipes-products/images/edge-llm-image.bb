@@ -5,9 +5,9 @@ require recipes-products/images/qcom-multimedia-image.bb
 SUMMARY = "Qualcomm Linux multimedia image with on-device LLMs (edge-llm provisioner)"
 LICENSE = "MIT"
 
-# qcom-minimal-image sets the root password with extrausers; inherit it explicitly so the
-# production override below always has somewhere to go.
-inherit extrausers
+# Both already come with qcom-multimedia-image; named here because the production login fix-ups
+# below use them (qcom-minimal-image sets the root password through extrausers).
+inherit core-image extrausers
 
 # Model packages (edge-llm-model-<name>), set by `provisioner render`. Only this image reads it.
 EDGE_LLM_MODEL_PACKAGES ??= ""
@@ -17,6 +17,7 @@ EDGE_LLM_EXTRA_PACKAGES ??= ""
 EDGE_LLM_RELEASE_JSON ??= "{}"
 EDGE_LLM_LOGIN_POLICY ??= "disabled"
 EDGE_LLM_DEBUG_LOGIN_FEATURES = "allow-empty-password empty-root-password allow-root-login"
+EDGE_LLM_ROOT_PASSWORD_PARAMS = "usermod -p '*' root;"
 
 IMAGE_INSTALL += "packagegroup-edge-llm ${EDGE_LLM_MODEL_PACKAGES} ${EDGE_LLM_EXTRA_PACKAGES}"
 
@@ -25,7 +26,7 @@ IMAGE_INSTALL += "packagegroup-edge-llm ${EDGE_LLM_MODEL_PACKAGES} ${EDGE_LLM_EX
 # still work, unlike a locked '!' account). The kas `extra` snippet drops the same features; this
 # is the safety net if a later fragment adds them back.
 EXTRA_IMAGE_FEATURES:remove = "${@'' if d.getVar('EDGE_LLM_LOGIN_POLICY') == 'debug' else d.getVar('EDGE_LLM_DEBUG_LOGIN_FEATURES')}"
-EXTRA_USERS_PARAMS:append = "${@'' if d.getVar('EDGE_LLM_LOGIN_POLICY') == 'debug' else ' usermod -p \'*\' root;'}"
+EXTRA_USERS_PARAMS:append = " ${@'' if d.getVar('EDGE_LLM_LOGIN_POLICY') == 'debug' else d.getVar('EDGE_LLM_ROOT_PASSWORD_PARAMS')}"
 
 python edge_llm_release_json() {
     import json, os
@@ -51,4 +52,6 @@ python edge_llm_check_login() {
                              "and EXTRA_USERS_PARAMS in later kas fragments")
 }
 
+edge_llm_release_json[doc] = "Writes /etc/edge-llm/release.json from EDGE_LLM_RELEASE_JSON"
+edge_llm_check_login[doc] = "Fails a production image whose root password is empty"
 ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json edge_llm_check_login"

@@ -1,0 +1,357 @@
+"""Manifest + catalog -> a resolved plan: every build decision made, nothing run.
+
+``make_plan`` answers "what will be built, for which machine, with which versions" before any
+container starts: the QLI release pins, the kas includes (checked against the pinned meta-qcom),
+the QAIRT recipes (checked against the layer), the runtime, and one generated recipe per model
+(checked against the image's QAIRT and SoC with the layer's own rule, so render refuses exactly
+what the build would refuse, with the same words). ``provisioner/image/render.py`` turns a plan
+into files; ``provisioner rehearse`` and ``build --dry-run`` print ``plan.lines()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from provisioner import catalog, layout
+from provisioner.errors import RenderError
+from provisioner.manifest import Manifest, Model
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LAYER_DIR = REPO_ROOT / "layers" / "meta-edge-llm"
+MODELCHECK_PATH = LAYER_DIR / "lib" / "edgellm" / "modelcheck.py"
+IMAGE_RECIPE = "edge-llm-image"
+DISTRO_IMAGE_INCLUDE = "ci/qcom-distro-multimedia-image.yml"
+DEBUG_LOGIN_FEATURES = ("allow-empty-password", "empty-root-password", "allow-root-login")
+
+
+@cache
+def modelcheck() -> ModuleType:
+    """The layer's ``lib/edgellm/modelcheck.py``, imported by path (one rule for render and build)."""
+    name = "edgellm_modelcheck"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, MODELCHECK_PATH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def qairt_recipe(version: str) -> str:
+    return f"qairt-runtime-{version}"
+
+
+def qairt_recipe_file(version: str, layer: Path = LAYER_DIR) -> Path:
+    return layer / "recipes-ai" / "qairt" / f"{qairt_recipe(version)}.bb"
+
+
+def model_recipe(name: str) -> str:
+    return f"edge-llm-model-{name}"
+
+
+def litert_tarball(rev: str = layout.LITERT_REV, qairt: str = layout.LITERT_QAIRT) -> str:
+    """File name of the prebuilt runtime `provisioner litert build` produces (and the layer fetches)."""
+    return f"litert-lm-runtime-{rev}-qairt{qairt}-aarch64.tar.gz"
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model as the build will see it: recipe, source, version directory, checked facts."""
+
+    name: str
+    kind: str
+    recipe: str
+    version: str
+    qairt: str
+    file: str
+    uri: str
+    sha256: str | None
+    size: int | None
+    soc_model: int | None
+    dsp_arch: str | None
+    facts_from: str            # "inspected" (file on disk) | "manifest" (declared values only)
+    local_path: Path | None    # host path the build must see (path models)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "recipe": self.recipe, "version": self.version,
+                "qairt": self.qairt, "file": self.file, "uri": self.uri, "sha256": self.sha256, "size": self.size,
+                "soc_model": self.soc_model, "dsp_arch": self.dsp_arch, "facts_from": self.facts_from,
+                "local_path": str(self.local_path) if self.local_path else None,
+                "install_dir": layout.model_version_dir(self.name, self.version)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided for one manifest (see module docstring)."""
+
+    release_id: str
+    board: catalog.Board
+    qli: catalog.Release
+    machine: str
+    distro: str
+    image: str
+    base_image: str
+    includes: tuple[tuple[str, str], ...]          # (repo, file) kas includes, in order
+    repos: dict[str, dict[str, str]]                 # release lock pins: name -> url/branch/commit
+    qairt: tuple[str, ...]
+    qairt_recipes: tuple[str, ...]
+    qairt_checksums: dict[str, dict[str, str | None]]
+    runtimes: tuple[str, ...]
+    runtime_recipes: tuple[str, ...]
+    litert: dict[str, str | None] | None
+    models: tuple[ModelPlan, ...]
+    variant: str
+    download_mode: int
+    login_policy: str
+    ssh_keys: tuple[str, ...]
+    memlock: str
+    inference_user: str
+    extra_packages: tuple[str, ...]
+    cache: dict[str, Any]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def model_recipes(self) -> tuple[str, ...]:
+        return tuple(m.recipe for m in self.models)
+
+    @property
+    def kas_includes(self) -> tuple[str, ...]:
+        return tuple(f for _, f in self.includes)
+
+    def release_json(self) -> dict[str, Any]:
+        """Content of the image's /etc/edge-llm/release.json (deterministic: no dates, no hosts)."""
+        return {"format": 1, "release": self.release_id, "board": self.board.id, "machine": self.machine,
+                "qli": self.qli.id, "image": self.image, "qairt": list(self.qairt), "runtimes": list(self.runtimes),
+                "models": [{"name": m.name, "kind": m.kind, "qairt": m.qairt, "version": m.version,
+                            "sha256": m.sha256, "size": m.size} for m in self.models],
+                "variant": self.variant, "download_mode": self.download_mode}
+
+    def lines(self) -> list[str]:
+        """The short plan a user reads before a multi-hour build."""
+        out = [
+            f"release {self.release_id}: {self.image} for {self.board.name} (MACHINE={self.machine}, "
+            f"Hexagon {self.board.hexagon_arch}, soc_model {self.board.qnn_soc_model})",
+            f"QLI {self.qli.id} (Yocto {self.qli.yocto_series}, distro {self.distro}): "
+            + ", ".join(f"{n} {p['commit'][:12]}" for n, p in self.repos.items()),
+            "kas includes: " + ", ".join(f"{r}:{f}" for r, f in self.includes),
+        ]
+        for v in self.qairt:
+            known = self.qairt_checksums[v]
+            state = "checksums known" if known.get("sha256") and known.get("license_md5") else \
+                "checksums missing (run `provisioner fetch` first)"
+            out.append(f"QAIRT {v} -> {layout.qairt_dir(v)} ({qairt_recipe(v)}, skel {self.board.hexagon_arch}; "
+                       f"{state})")
+        if self.litert:
+            out.append(f"LiteRT-LM {self.litert['rev']} (QAIRT {self.litert['qairt']}) -> "
+                       f"{layout.litert_dir(self.litert['rev'] or layout.LITERT_REV)} from {self.litert['tarball']}"
+                       + ("" if self.litert.get("sha256") else " (sha256 unknown: run `provisioner litert build`)"))
+        if "genie" in self.runtimes:
+            out.append("Genie runtime: genie-t2t-run + libGenie.so from " + ", ".join(self.qairt))
+        for m in self.models:
+            out.append(f"model {m.name} ({m.kind}, QAIRT {m.qairt}, {m.facts_from}) -> "
+                       f"{layout.model_version_dir(m.name, m.version)} ({m.recipe})")
+        login = {"disabled": "no root login", "keys-only": f"root with {len(self.ssh_keys)} SSH key(s) only",
+                 "debug": "QLI debug login (empty/default root password)"}[self.login_policy]
+        out.append(f"{self.variant} image: download_mode={self.download_mode}, memlock {self.memlock}, "
+                   f"{login}, inference user {self.inference_user} in group {layout.FASTRPC_GROUP}")
+        cache_bits = [k for k in ("hashserve", "sstate_mirrors", "mirrors") if self.cache.get(k)]
+        out.append("cache: " + (", ".join(cache_bits) if cache_bits else "local sstate only"))
+        out += [f"warning: {w}" for w in self.warnings]
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"release": self.release_id, "board": self.board.id, "machine": self.machine, "qli": self.qli.id,
+                "distro": self.distro, "image": self.image, "base_image": self.base_image,
+                "includes": [{"repo": r, "file": f} for r, f in self.includes], "repos": self.repos,
+                "qairt": list(self.qairt), "qairt_recipes": list(self.qairt_recipes),
+                "runtimes": list(self.runtimes), "runtime_recipes": list(self.runtime_recipes),
+                "litert": self.litert, "models": [m.as_dict() for m in self.models], "variant": self.variant,
+                "download_mode": self.download_mode, "login_policy": self.login_policy,
+                "ssh_keys": len(self.ssh_keys), "memlock": self.memlock, "inference_user": self.inference_user,
+                "cache": self.cache, "warnings": list(self.warnings)}
+
+
+def image_facts(board: catalog.Board, qairt: tuple[str, ...]):
+    """What the image provides, for the shared model rule."""
+    return modelcheck().ImageFacts(machine=board.kas_machine, qairt_versions=tuple(qairt),
+                                   soc_model=board.qnn_soc_model, hexagon_arch=board.hexagon_arch)
+
+
+def _inspect(path: Path, board: catalog.Board) -> Any | None:
+    """helper A's inspector when available; None means 'use the manifest's declared values'."""
+    try:
+        from provisioner.artifacts.inspect import inspect_path
+    except ImportError:  # the artifacts stage is optional for rendering
+        return None
+    return inspect_path(path, board)
+
+
+def _model_plan(m: Model, board: catalog.Board, qairt: tuple[str, ...], *, inspect: bool) -> ModelPlan:
+    mc = modelcheck()
+    facts = mc.ModelFacts(name=m.name, kind=m.kind, qairt=m.qairt)
+    facts_from = "manifest"
+    size = m.size
+    if m.path is not None and m.path.exists() and inspect:
+        found = _inspect(m.path, board)
+        if found is not None:
+            builds = [catalog.normalize_qairt(b) for b in found.qairt_builds]
+            # A file compiled for several builds is unusual; prefer the declared one when present.
+            q = m.qairt if m.qairt in builds else (builds[0] if builds else m.qairt)
+            facts = mc.ModelFacts(name=m.name, kind=m.kind, qairt=q, soc_model=found.soc_model,
+                                  dsp_arch=found.dsp_arch)
+            facts_from = "inspected"
+            if found.truncated:
+                raise RenderError(f"model {m.name}: {m.path} is truncated ({found.size} of "
+                                  f"{found.declared_size} bytes)", "delete it and run `provisioner fetch` again")
+            size = size or (found.size if m.kind == "litertlm" else None)
+        elif m.kind == "genie" and m.path.is_dir():
+            facts = mc.genie_bundle_facts(m.name, str(m.path))
+            facts = mc.ModelFacts(name=m.name, kind="genie", qairt=facts.qairt or m.qairt,
+                                  soc_model=facts.soc_model, dsp_arch=facts.dsp_arch)
+            facts_from = "inspected"
+    msg = mc.check_message(facts, image_facts(board, qairt))
+    if msg:
+        what, fix = mc.split_message(msg)
+        raise RenderError(what, fix)
+    if m.path is not None:
+        uri = f"file://{m.path}"
+        local = m.path
+    else:
+        assert m.url is not None
+        uri = f"{m.url};downloadfilename={m.filename}"
+        local = None
+    uri += ";name=model;subdir=model"
+    if m.kind == "litertlm":
+        uri += ";unpack=0"
+    version = layout.model_version_id(m.sha256, f"size{size}" if size else "unpinned")
+    return ModelPlan(name=m.name, kind=m.kind, recipe=model_recipe(m.name), version=version,
+                     qairt=catalog.normalize_qairt(facts.qairt), file=m.filename, uri=uri, sha256=m.sha256,
+                     size=size, soc_model=facts.soc_model, dsp_arch=facts.dsp_arch, facts_from=facts_from,
+                     local_path=local)
+
+
+def _sidecar_sha256(path: Path) -> str | None:
+    """sha256 from ``<file>.sha256`` (sha256sum format), else computed once and cached there."""
+    side = path.with_name(path.name + ".sha256")
+    if side.is_file():
+        text = side.read_text(encoding="utf-8").split()
+        if text and len(text[0]) == 64:
+            return text[0].lower()
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    try:
+        side.write_text(f"{digest}  {path.name}\n", encoding="utf-8")
+    except OSError:
+        pass
+    return digest
+
+
+def _qairt_checksums(version: str, dl_dir: Path | None) -> dict[str, str | None]:
+    """The zip's sha256 and LICENSE.pdf md5: catalog values, else read from the zip in DL_DIR.
+
+    Never guessed: unknown values stay None and the recipe stops at do_fetch with the fix.
+    """
+    entry = catalog.qairt_catalog()["versions"].get(version, {})
+    sha = entry.get("sha256")
+    md5 = entry.get("license_md5")
+    zip_name = catalog.qairt_url(version).rsplit("/", 1)[-1]
+    zpath = dl_dir / zip_name if dl_dir else None
+    if zpath is not None and zpath.is_file():
+        sha = sha or _sidecar_sha256(zpath)
+        if not md5:
+            try:
+                with zipfile.ZipFile(zpath) as z:
+                    md5 = hashlib.md5(z.read(f"qairt/{version}/LICENSE.pdf")).hexdigest()
+            except (KeyError, zipfile.BadZipFile, OSError):
+                md5 = None
+    return {"sha256": sha, "license_md5": md5, "zip": zip_name}
+
+
+def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspect: bool = True,
+              layer: Path = LAYER_DIR) -> Plan:
+    """Decide everything for ``manifest``; raise RenderError for anything the build would refuse."""
+    rel = catalog.release(manifest.qli)
+    board = manifest.board
+    if board.id not in rel.machines:
+        raise RenderError(f"{board.id} is not supported by {rel.id}",
+                          f"{rel.id} supports: {', '.join(rel.machines)} (catalog releases.yaml)")
+    includes = [("meta-qcom", f"ci/{board.kas_machine}.yml"), ("meta-qcom", DISTRO_IMAGE_INCLUDE)]
+    includes += [("meta-qcom", f) for f in extra_includes]
+    for _, f in includes:
+        if f not in rel.meta_qcom_ci_files:
+            raise RenderError(f"kas include meta-qcom/{f} does not exist in meta-qcom at {rel.id} "
+                              f"({rel.lock['meta-qcom']['commit'][:12]})",
+                              f"drop it; {rel.id} has: {', '.join(rel.meta_qcom_ci_files)}")
+
+    qairt = tuple(manifest.qairt)
+    for v in qairt:
+        if not qairt_recipe_file(v, layer).is_file():
+            raise RenderError(f"QAIRT {v} has no recipe ({qairt_recipe_file(v, layer).relative_to(layer.parent)})",
+                              f"add it: a file {qairt_recipe(v)}.bb containing `require qairt-runtime.inc`, "
+                              "or pin a build that has one")
+    runtimes = tuple(manifest.runtimes)
+    runtime_recipes: list[str] = []
+    litert = None
+    warnings = [str(w) for w in manifest.warnings]
+    dl_dir = manifest.build.dl_dir
+    if "litert_lm" in runtimes:
+        if layout.LITERT_QAIRT not in qairt:
+            raise RenderError(f"LiteRT-LM {layout.LITERT_REV} is built against QAIRT {layout.LITERT_QAIRT}, "
+                              f"which the manifest does not pin ({', '.join(qairt)})",
+                              f"add {layout.LITERT_QAIRT} to qairt, or rebuild the runtime for your build")
+        tarball = litert_tarball()
+        sha = _sidecar_sha256(dl_dir / tarball) if dl_dir and (dl_dir / tarball).exists() else None
+        litert = {"rev": layout.LITERT_REV, "qairt": layout.LITERT_QAIRT, "tarball": tarball, "sha256": sha}
+        runtime_recipes.append("litert-lm-runtime")
+    if "genie" in runtimes:
+        runtime_recipes += [f"{qairt_recipe(v)}-genie" for v in qairt]
+
+    models = tuple(_model_plan(m, board, qairt, inspect=inspect) for m in manifest.models)
+    checksums = {v: _qairt_checksums(v, dl_dir) for v in qairt}
+    for v, c in checksums.items():
+        if not (c["sha256"] and c["license_md5"]):
+            warnings.append(f"QAIRT {v}: zip sha256/LICENSE.pdf md5 unknown -> run `provisioner fetch` before "
+                            "building (the recipe stops at do_fetch until they are set)")
+    for m in models:
+        if m.local_path is not None:
+            warnings.append(f"model {m.name} is a local path ({m.local_path}): the build container must see it "
+                            "at the same path")
+
+    img = manifest.image
+    for k in img.ssh_authorized_keys:
+        if any(c in k for c in "\"'\\") or "${" in k:
+            raise RenderError("an ssh_authorized_keys entry contains quotes, backslashes or '${'",
+                              "use the plain one-line public key")
+    b = manifest.build
+    cache_cfg = {"hashserve": b.hashserve, "hashserve_upstream": b.hashserve_upstream,
+                 "sstate_mirrors": list(b.sstate_mirrors), "mirrors": list(b.mirrors)}
+    return Plan(
+        release_id=manifest.release, board=board, qli=rel, machine=board.kas_machine, distro=rel.distro,
+        image=IMAGE_RECIPE, base_image=rel.base_image, includes=tuple(includes),
+        repos={k: dict(v) for k, v in rel.lock.items()}, qairt=qairt,
+        qairt_recipes=tuple(qairt_recipe(v) for v in qairt), qairt_checksums=checksums, runtimes=runtimes,
+        runtime_recipes=tuple(runtime_recipes), litert=litert, models=models, variant=img.variant,
+        download_mode=img.download_mode, login_policy=img.root_login, ssh_keys=tuple(img.ssh_authorized_keys),
+        memlock=img.memlock, inference_user=img.inference_user, extra_packages=tuple(img.extra_packages),
+        cache=cache_cfg, warnings=tuple(warnings),
+    )
+
+
+def release_json_text(plan: Plan) -> str:
+    """One-line JSON for the EDGE_LLM_RELEASE_JSON variable (bitbake single-quoted value)."""
+    return json.dumps(plan.release_json(), sort_keys=True, separators=(",", ":"))

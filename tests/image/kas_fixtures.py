@@ -1,0 +1,249 @@
+"""Local git fixtures that mirror the QLI 2.0 repos kas resolves (no network).
+
+Real file names and kas fragment shapes from notes/qli-kas-yocto.md: meta-qcom with ``ci/base.yml``
+(local_conf_header keys base, diskmon, clo-mirrors, cmdline, qcomflash, extra, os-release),
+``ci/base.lock.yml`` (kas ``overrides`` pins of the other layers), ``ci/<machine>.yml``,
+``ci/qcom-distro.yml``, ``ci/qcom-distro-multimedia-image.yml``; meta-qcom-releases with
+``lock.yml``; oe-core with an executable ``oe-init-build-env``; a bitbake stand-in; meta-lts-mixins;
+meta-qcom-distro with ``qcom-multimedia-image.bb``; meta-openembedded. Each repo has its own commits.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "fixture", "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
+    "GIT_COMMITTER_NAME": "fixture", "GIT_COMMITTER_EMAIL": "fixture@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+BASE_YML = """\
+header:
+  version: 14
+
+distro: poky-altcfg
+
+defaults:
+  repos:
+    branch: wrynose
+
+repos:
+  meta-qcom:
+
+  oe-core:
+    url: https://github.com/openembedded/openembedded-core
+    layers:
+      meta:
+
+  bitbake:
+    url: https://github.com/openembedded/bitbake
+    layers:
+      .: disabled
+
+  meta-lts-mixins:
+    url: https://git.yoctoproject.org/meta-lts-mixins
+    branch: wrynose/linux-firmware
+
+local_conf_header:
+  base: |
+    CONF_VERSION = "2"
+    INHERIT += "buildstats-summary buildhistory rm_work image-buildinfo"
+  diskmon: |
+    BB_DISKMON_DIRS = "STOPTASKS,${TMPDIR},1G,100K"
+  clo-mirrors: |
+    PREMIRRORS:prepend = " git://.*/.* https://qli.example.invalid/mirror/ "
+  cmdline: |
+    KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode=1"
+  qcomflash: |
+    IMAGE_CLASSES += "image_types_qcom"
+    IMAGE_FSTYPES += "qcomflash"
+  extra: |
+    EXTRA_IMAGE_FEATURES += "allow-empty-password empty-root-password allow-root-login"
+  os-release: |
+    BUILD_ID ?= "local-${DATETIME}"
+
+machine: unset
+
+target:
+  - core-image-base
+"""
+
+MACHINE_YML = """\
+header:
+  version: 14
+  includes:
+    - ci/base.yml
+
+machine: {machine}
+"""
+
+QCOM_DISTRO_YML = """\
+header:
+  version: 14
+
+distro: qcom-distro
+
+repos:
+  meta-qcom-distro:
+    url: https://github.com/qualcomm-linux/meta-qcom-distro
+    branch: wrynose
+
+  meta-openembedded:
+    url: https://github.com/openembedded/meta-openembedded
+    branch: wrynose
+    layers:
+      meta-oe:
+      meta-python:
+"""
+
+MULTIMEDIA_YML = """\
+header:
+  version: 14
+  includes:
+    - ci/qcom-distro.yml
+
+target:
+  - qcom-multimedia-image
+"""
+
+OE_INIT = """\
+#!/bin/sh
+# oe-core stand-in: what kas needs from oe-init-build-env (a build dir with conf/)
+BUILDDIR="${1:-build}"
+mkdir -p "$BUILDDIR/conf"
+cd "$BUILDDIR"
+export BUILDDIR
+"""
+
+BITBAKE = """\
+#!/bin/sh
+# bitbake stand-in: records its argv
+echo "bitbake stand-in: $*"
+"""
+
+
+def layer_conf(collection: str, series: str = "wrynose", depends: str = "") -> str:
+    return (f'BBPATH .= ":${{LAYERDIR}}"\nBBFILES += "${{LAYERDIR}}/recipes-*/*/*.bb"\n'
+            f'BBFILE_COLLECTIONS += "{collection}"\nBBFILE_PATTERN_{collection} = "^${{LAYERDIR}}/"\n'
+            f'LAYERSERIES_COMPAT_{collection} = "{series}"\n'
+            + (f'LAYERDEPENDS_{collection} = "{depends}"\n' if depends else ""))
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV, "HOME": str(cwd)}
+    out = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str], branch: str = "wrynose", executable: tuple[str, ...] = (),
+              extra_commits: int = 0) -> list[str]:
+    """Create a git repo with ``files`` in one commit (+ ``extra_commits``); return commits, oldest first."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", branch)
+    for rel, text in files.items():
+        f = path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+        if rel in executable:
+            f.chmod(0o755)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "fixture: initial")
+    commits = [git(path, "rev-parse", "HEAD")]
+    for i in range(extra_commits):
+        (path / f"CHANGES.{i}").write_text(f"change {i}\n")
+        git(path, "add", "-A")
+        git(path, "commit", "-q", "-m", f"fixture: change {i}")
+        commits.append(git(path, "rev-parse", "HEAD"))
+    return commits
+
+
+@dataclass
+class QliFixture:
+    """The fixture repos: name -> path and commits; helpers for catalog entries and overrides."""
+
+    root: Path
+    commits: dict[str, list[str]] = field(default_factory=dict)
+    branches: dict[str, str] = field(default_factory=dict)
+    ci_files: tuple[str, ...] = ()
+
+    def url(self, name: str) -> str:
+        return f"file://{self.root / name}"
+
+    def head(self, name: str) -> str:
+        return self.commits[name][-1]
+
+    def overrides(self, names: tuple[str, ...] | None = None, with_commit: bool = True) -> dict[str, dict[str, str]]:
+        """repo_overrides redirecting every repo (or ``names``) to the fixtures."""
+        out = {}
+        for n in names or tuple(self.commits):
+            o = {"url": self.url(n)}
+            if with_commit:
+                o["commit"] = self.head(n)
+            out[n] = o
+        return out
+
+    def release_entry(self, machines: tuple[str, ...] = ("iq-8275-evk", "iq-9075-evk")) -> dict:
+        """A releases.yaml entry pinning the fixture commits (adding a release is this one entry)."""
+        return {
+            "yocto_series": "wrynose", "kas_header_version": 14, "distro": "qcom-distro",
+            "base_image": "qcom-multimedia-image", "system_qairt": "2.47.0.260601", "machines": list(machines),
+            "meta_qcom_releases": {"url": self.url("meta-qcom-releases"), "tag": "qli-fixture",
+                                   "commit": self.head("meta-qcom-releases")},
+            "lock": {n: {"url": self.url(n), "branch": self.branches[n], "commit": self.head(n)}
+                     for n in ("bitbake", "meta-qcom", "oe-core", "meta-lts-mixins")},
+            "meta_qcom_ci_files": list(self.ci_files),
+        }
+
+
+def build_qli_fixture(root: Path, *, with_618: bool = False) -> QliFixture:
+    """Create all fixture repos under ``root``. ``with_618`` adds ci/linux-qcom-6.18.yml (like qli-2.0-rc3)."""
+    fx = QliFixture(root=root)
+    fx.branches = {"bitbake": "2.18", "meta-qcom": "wrynose", "oe-core": "wrynose",
+                   "meta-lts-mixins": "wrynose/linux-firmware", "meta-qcom-distro": "wrynose",
+                   "meta-openembedded": "wrynose", "meta-qcom-releases": "wrynose"}
+    fx.commits["bitbake"] = make_repo(root / "bitbake", {"bin/bitbake": BITBAKE, "lib/bb/__init__.py": ""},
+                                      branch="2.18", executable=("bin/bitbake",))
+    fx.commits["oe-core"] = make_repo(root / "oe-core", {"oe-init-build-env": OE_INIT,
+                                                         "meta/conf/layer.conf": layer_conf("core")},
+                                      executable=("oe-init-build-env",), extra_commits=1)
+    fx.commits["meta-lts-mixins"] = make_repo(root / "meta-lts-mixins",
+                                              {"conf/layer.conf": layer_conf("lts-linux-firmware-mixin")},
+                                              branch="wrynose/linux-firmware")
+    fx.commits["meta-qcom-distro"] = make_repo(root / "meta-qcom-distro", {
+        "conf/layer.conf": layer_conf("qcom-distro", depends="core qcom"),
+        "conf/distro/qcom-distro.conf": 'DISTRO = "qcom-distro"\nDISTRO_VERSION = "2.0"\n',
+        "recipes-products/images/qcom-multimedia-image.bb": 'SUMMARY = "QLI multimedia image"\n'
+                                                            'LICENSE = "MIT"\ninherit core-image\n'},
+        extra_commits=1)
+    fx.commits["meta-openembedded"] = make_repo(root / "meta-openembedded", {
+        "meta-oe/conf/layer.conf": layer_conf("openembedded-layer"),
+        "meta-python/conf/layer.conf": layer_conf("meta-python")})
+    ci = {
+        "conf/layer.conf": layer_conf("qcom", depends="core lts-linux-firmware-mixin"),
+        "ci/base.yml": BASE_YML,
+        "ci/iq-8275-evk.yml": MACHINE_YML.format(machine="iq-8275-evk"),
+        "ci/iq-9075-evk.yml": MACHINE_YML.format(machine="iq-9075-evk"),
+        "ci/qcom-distro.yml": QCOM_DISTRO_YML,
+        "ci/qcom-distro-multimedia-image.yml": MULTIMEDIA_YML,
+        # base.lock.yml pins the other layers; it also pins oe-core to an OLDER commit than the
+        # release lock, to prove the release pins win.
+        "ci/base.lock.yml": ("header:\n  version: 14\noverrides:\n  repos:\n"
+                             f"    meta-qcom-distro:\n      commit: {fx.commits['meta-qcom-distro'][0]}\n"
+                             f"    meta-openembedded:\n      commit: {fx.commits['meta-openembedded'][0]}\n"
+                             f"    oe-core:\n      commit: {fx.commits['oe-core'][0]}\n"),
+    }
+    if with_618:
+        ci["ci/linux-qcom-6.18.yml"] = 'header:\n  version: 14\nlocal_conf_header:\n  kernel: |\n' \
+                                       '    PREFERRED_PROVIDER_virtual/kernel = "linux-qcom-6.18"\n'
+    fx.commits["meta-qcom"] = make_repo(root / "meta-qcom", ci)
+    fx.ci_files = tuple(sorted(k for k in ci if k.startswith("ci/")))
+    lock = "header:\n  version: 14\nrepos:\n" + "".join(
+        f"  {n}:\n    branch: '{fx.branches[n]}'\n    commit: {fx.head(n)}\n    url: {fx.url(n)}\n"
+        for n in ("bitbake", "meta-qcom", "oe-core", "meta-lts-mixins"))
+    fx.commits["meta-qcom-releases"] = make_repo(root / "meta-qcom-releases", {"lock.yml": lock})
+    return fx
