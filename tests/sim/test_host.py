@@ -1,0 +1,209 @@
+"""Virtual-board hosts over real ssh: the namespace shows the board, services run, teardown is clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from provisioner.sim import host
+from tests.sim.test_host_support import make_board, needs_root, ssh
+
+pytestmark = [needs_root, pytest.mark.root]
+
+SLEEPER = "#!/bin/sh\n# test stand-in for the inference service\nexec sleep 600\n"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("simroot")
+    yield r
+    host.stop_all(r)
+
+
+@pytest.fixture(scope="module")
+def board(root):
+    vb = make_board(root, serve_script=SLEEPER)
+    host.start_host(vb)
+    yield vb
+    host.stop_host(vb)
+
+
+def test_namespace_presents_the_board_at_real_paths(board):
+    out = ssh(board, "cat /sys/devices/soc0/machine /sys/devices/soc0/soc_id; "
+                     "tr '\\0' '\\n' < /sys/firmware/devicetree/base/compatible; "
+                     ". /etc/os-release; echo BUILD_ID=$BUILD_ID; cat /proc/cmdline; "
+                     "stat -c '%F %a %U %G' /dev/fastrpc-cdsp; test -e /usr/lib/libcdsprpc.so && echo lib-ok")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:4] == ["QCS8275", "675", "qcom,monaco-evk", "qcom,qcs8300"]
+    assert f"BUILD_ID={board.reload().build_id}" in lines
+    assert "qcom_scm.download_mode=0" in out.stdout
+    assert "character special file 660 root fastrpc" in out.stdout
+    assert "lib-ok" in lines
+    # nothing leaked to the host
+    assert not Path("/dev/fastrpc-cdsp").exists()
+    assert not Path("/sys/devices/soc0/machine").exists()
+
+
+def test_download_mode_written_on_board_reaches_board_json(board):
+    assert ssh(board, "echo 1 > /sys/module/qcom_scm/parameters/download_mode").returncode == 0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and board.reload().download_mode != 1:
+        time.sleep(0.1)
+    assert board.download_mode == 1
+    ssh(board, "echo 0 > /sys/module/qcom_scm/parameters/download_mode")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and board.reload().download_mode != 0:
+        time.sleep(0.1)
+    assert board.download_mode == 0
+
+
+def test_session_memlock_follows_limits_d(board):
+    # the image's limits file raises root's limit; a session without it gets QLI's 8192 KiB
+    out = ssh(board, "python3 -c 'import sys; sys.path.insert(0, \"/run/edge-llm-sim/src\"); "
+                     "from provisioner.sim.limits import effective_memlock as m; print(m())'; "
+                     "mv /etc/security/limits.d/50-edge-llm-memlock.conf /tmp/.lim.$$ && "
+                     "python3 -c 'import sys; sys.path.insert(0, \"/run/edge-llm-sim/src\"); "
+                     "from provisioner.sim.limits import effective_memlock as m; print(m())'")
+    ssh(board, "true")  # new login re-reads limits.d
+    moved = ssh(board, "python3 -c 'import sys; sys.path.insert(0, \"/run/edge-llm-sim/src\"); "
+                       "from provisioner.sim.limits import effective_memlock as m; print(m())'")
+    ssh(board, "mv /tmp/.lim.* /etc/security/limits.d/50-edge-llm-memlock.conf")
+    assert out.stdout.split()[0] == "-1"              # unlimited (RLIM_INFINITY)
+    assert moved.stdout.strip() == str(8192 * 1024)
+
+
+def test_systemctl_stand_in_with_real_ansible(root, board, tmp_path):
+    inv = host.write_inventory(root, tmp_path / "inventory.yml")
+    play = tmp_path / "play.yml"
+    play.write_text(textwrap.dedent("""\
+        - hosts: boards
+          gather_facts: false
+          tasks:
+            - name: Serve the model
+              ansible.builtin.systemd:
+                name: edge-llm-serve@gemma-4-e2b.service
+                state: started
+                enabled: true
+                daemon_reload: true
+              register: svc
+            - name: FastRPC daemon is up
+              ansible.builtin.systemd:
+                name: cdsprpcd.service
+                state: started
+              register: rpc
+            - ansible.builtin.assert:
+                that:
+                  - svc.status.LimitMEMLOCK == 'infinity'
+                  - rpc is not changed
+    """))
+    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    res = subprocess.run(["ansible-playbook", "-i", str(inv), str(play)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "changed=1" in res.stdout
+    out = ssh(board, "systemctl show -p MainPID --value edge-llm-serve@gemma-4-e2b; "
+                     "systemctl is-enabled edge-llm-serve@gemma-4-e2b; systemctl is-active cdsprpcd")
+    pid, enabled, rpc = out.stdout.split()
+    assert enabled == "enabled" and rpc == "active"
+    status = ssh(board, f"cat /proc/{pid}/status; tr '\\0' ' ' < /proc/{pid}/environ").stdout
+    uid = next(ln.split()[1] for ln in status.splitlines() if ln.startswith("Uid:"))
+    groups = next(ln.split(":", 1)[1].split() for ln in status.splitlines() if ln.startswith("Groups:"))
+    assert ssh(board, f"getent passwd {uid} | cut -d: -f1").stdout.strip() == "llm"
+    assert ssh(board, "getent group fastrpc | cut -d: -f3").stdout.strip() in groups
+    assert "EDGE_LLM_SIM_MEMLOCK=-1" in status or "unlimited" in ssh(board, f"grep locked /proc/{pid}/limits").stdout
+    # enable wrote the real wants symlink into the board's rootfs (survives a reboot)
+    link = board.rootfs_dir / "etc/systemd/system/multi-user.target.wants/edge-llm-serve@gemma-4-e2b.service"
+    assert link.is_symlink()
+    # and a second run changes nothing
+    res2 = subprocess.run(["ansible-playbook", "-i", str(inv), str(play)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert res2.returncode == 0 and "changed=0" in res2.stdout, res2.stdout[-2000:]
+
+
+def test_service_restarts_on_failure_then_gives_up(board):
+    unit = board.rootfs_dir / "etc/systemd/system/flaky.service"
+    unit.write_text("[Service]\nExecStart=/bin/sh -c 'exit 3'\nRestart=on-failure\nRestartSec=0.05\n")
+    ssh(board, "systemctl start flaky")
+    deadline = time.monotonic() + 10
+    state = ""
+    while time.monotonic() < deadline:
+        state = ssh(board, "systemctl show -p ActiveState -p Result -p NRestarts flaky").stdout
+        if "ActiveState=failed" in state:
+            break
+        time.sleep(0.2)
+    assert "ActiveState=failed" in state and "Result=start-limit-hit" in state
+    assert int(state.split("NRestarts=")[1].split()[0]) >= 4
+    assert ssh(board, "systemctl is-active flaky").returncode == 3
+
+
+def test_unreachable_board_refuses_connections(root):
+    vb = make_board(root, faults=("unreachable",))
+    h, port = host.start_host(vb)
+    with socket.socket() as s:
+        s.settimeout(2)
+        assert s.connect_ex((h, port)) != 0
+    assert vb.reload().ssh == {"host": h, "port": port}
+    host.stop_host(vb)
+
+
+def test_account_changes_survive_a_reboot(root):
+    vb = make_board(root, faults=("no-fastrpc-group",))
+    host.start_host(vb)
+    assert "fastrpc" not in ssh(vb, "id -nG llm").stdout
+    assert ssh(vb, "usermod -aG fastrpc llm").returncode == 0
+    host.stop_host(vb)
+    host.start_host(vb)
+    assert "fastrpc" in ssh(vb, "id -nG llm").stdout.split()
+    host.stop_host(vb)
+
+
+def _sshd_for(vb) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(vb.dir) in cmd:
+                out.append(int(d))
+    return out
+
+
+def test_stop_leaves_nothing_behind_even_if_the_starter_was_killed(root):
+    vb = make_board(root, serve_script=SLEEPER)
+    # start from a separate process that is then killed, like a CLI hit by SIGKILL
+    code = (f"from provisioner.sim.board import VirtualBoard; from provisioner.sim import host; import time\n"
+            f"host.start_host(VirtualBoard.load({str(root)!r}, {vb.serial!r})); print('up', flush=True); "
+            f"time.sleep(60)")
+    starter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert starter.stdout.readline().strip() == "up"
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+    vb.reload()
+    assert ssh(vb, "systemctl start edge-llm-serve@gemma-4-e2b && systemctl is-active edge-llm-serve@gemma-4-e2b"
+               ).stdout.strip() == "active"
+    info = json.loads((host.host_dir(vb) / "agent.json").read_text())
+    os.kill(info["pid"], signal.SIGKILL)          # even the agent dies uncleanly
+    host.stop_host(vb)
+    port = int((host.host_dir(vb) / "port").read_text())
+    with socket.socket() as s:
+        s.settimeout(1)
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    assert _sshd_for(vb) == []
+    assert not any(
+        os.stat(f"/proc/{d}/ns/mnt").st_ino == info["mntns"] for d in os.listdir("/proc")
+        if d.isdigit() and os.path.exists(f"/proc/{d}/ns/mnt"))
+    assert vb.reload().ssh is None
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(vb.dir) not in mounts
