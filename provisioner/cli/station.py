@@ -45,12 +45,20 @@ def command() -> None:
 @click.option("--sysfs-root", type=click.Path(path_type=Path), help="sysfs to read (default /sys).")
 @click.option("--slots", type=click.Path(path_type=Path, exists=True), help="YAML: USB port path -> slot name.")
 @click.option("--console", "consoles", multiple=True, help="Serial console to identify a running board (repeatable).")
+@_db_opt
 @_json_opt
 def scan_cmd(config: Path | None, sysfs_root: Path | None, slots: Path | None, consoles: tuple[str, ...],
-             as_json: bool) -> None:
-    """Boards in EDL (05c6:9008) or crash-dump mode (900e), and boards answering on consoles."""
-    cfg = _config(config, sysfs_root, slots)
-    result = scan(cfg, list(consoles))
+             db: Path | None, as_json: bool) -> None:
+    """Boards in EDL (05c6:9008) or crash-dump mode (900e), and boards answering on consoles.
+
+    Seen boards are recorded when a database is configured (station.yaml or --db).
+    """
+    cfg = _config(config, sysfs_root, slots, db=db)
+    if db or cfg.source is not None:
+        with Records(cfg.database, writer=False) as records:
+            result = scan(cfg, list(consoles), records=records)
+    else:
+        result = scan(cfg, list(consoles))
     if as_json:
         print_json(result.as_dict())
         return

@@ -44,16 +44,31 @@ def test_identity_and_download_mode_via_cli(booted, capsys):
     assert "oelinux123" not in json.dumps(out)
 
 
-def test_console_edl_then_scan_sees_it(booted, station, capsys):
+def test_console_edl_then_scan_sees_it(booted, station, capsys, tmp_path):
     vb = booted()[0]
+    slots = tmp_path / "slots.yaml"
+    slots.write_text(f'"{vb.slot}": "slot 7"\n')
+    db = tmp_path / "scan.db"
+    assert main(["station", "scan", "--sysfs-root", str(station.config.sysfs_root), "--console",
+                 str(vb.console_link), "--slots", str(slots), "--db", str(db), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["edl"] == [] and out["consoles"][0]["board"] == "iq-8275-evk"
+    assert out["consoles"][0]["identity"]["serial"] == vb.serial
     assert main(["console", str(vb.console_link), "--edl"]) == 0
     capsys.readouterr()
     from provisioner.station import edl
 
     dev = edl.wait_for_device(station.config.sysfs_root, vb.serial, timeout_s=10)
     assert dev is not None and dev.port == vb.slot
-    assert main(["station", "scan", "--sysfs-root", str(station.config.sysfs_root), "--json"]) == 0
-    assert [(d["serial"], d["mode"]) for d in json.loads(capsys.readouterr().out)["edl"]] == [(vb.serial, "edl")]
+    assert main(["station", "scan", "--sysfs-root", str(station.config.sysfs_root), "--slots", str(slots),
+                 "--db", str(db), "--json"]) == 0
+    assert [(d["serial"], d["mode"], d["slot"]) for d in json.loads(capsys.readouterr().out)["edl"]] == [
+        (vb.serial, "edl", "slot 7")]
+    with Records(db, writer=False) as rec:
+        seen = rec.boards()
+    assert [(b["serial"], b["mode"], b["slot"], b["board"]) for b in seen] == [
+        (vb.serial, "edl", "slot 7", "iq-8275-evk")]
+    assert seen[0]["identity"]["machine"] == "QCS8275"
 
 
 def test_flash_with_boot_check_reads_new_release_back(booted, station, release_8275):

@@ -65,7 +65,6 @@ def test_edl_drop_fails_alone(station, release_8275):
     assert "dropped out of EDL" in res[bad.serial].error and "LIBUSB_ERROR_NO_DEVICE" in res[bad.serial].error
     assert all(res[g.serial].ok for g in good)
     assert hist[bad.serial]["result"] == "failed" and hist[bad.serial]["state"] == "failed"
-    events = rec_events = None  # noqa: F841
     with Records(station.config.database, writer=False) as rec:
         rec_events = rec.events(hist[bad.serial]["id"])
     assert [e["kind"] for e in rec_events if e["step"] == "flash"] == ["start", "retry", "error"]
@@ -174,3 +173,26 @@ def test_cli_exit_status_when_a_board_fails(station, release_8275, tmp_path, cap
                str(station.config.sysfs_root), "--db", str(tmp_path / "db.sqlite"), "--retries", "0"])
     err = capsys.readouterr().err
     assert rc == 1 and "1 of 2 board(s) failed: 0AA94E01" in err
+
+
+def test_slot_wired_to_another_board_type_is_refused(station, release_8275):
+    station.add(1)
+    station.config.boards = {"1-4.1": "iq-9075-evk"}
+    station.config.slots = {"1-4.1": "slot 1"}
+    with pytest.raises(StationError, match="slot slot 1 holds a iq-9075-evk, the release is for iq-8275-evk"):
+        flash_release(release_8275, station.config, all_boards=True)
+
+
+def test_jobs_limits_parallelism(station, release_8275):
+    station.add(3)
+    running, peak = set(), []
+
+    def listener(ev):
+        if ev.kind == "state" and ev.detail["state"] == "flashing":
+            running.add(ev.serial)
+            peak.append(len(running))
+        if ev.kind == "state" and ev.detail["state"] in ("flashed", "failed"):
+            running.discard(ev.serial)
+
+    run = flash_release(release_8275, station.config, all_boards=True, jobs=1, listener=listener)
+    assert run.ok and max(peak) == 1
