@@ -23,6 +23,13 @@ STUB_CLASSES = ("packagegroup", "useradd", "systemd", "allarch", "extrausers", "
 # The task chain of oe-core's base.bbclass, reduced to what decides a task's signature here:
 # which variables each task reads (fetch: SRC_URI and checksums; package: PACKAGES/FILES/RDEPENDS).
 BASE_BBCLASS = """\
+bbfatal() {
+    echo "ERROR: $*" >&2
+    exit 1
+}
+bbnote() {
+    echo "NOTE: $*"
+}
 python do_fetch() {
     for url in (d.getVar("SRC_URI") or "").split():
         pass

@@ -247,3 +247,26 @@ def build_qli_fixture(root: Path, *, with_618: bool = False) -> QliFixture:
         for n in ("bitbake", "meta-qcom", "oe-core", "meta-lts-mixins"))
     fx.commits["meta-qcom-releases"] = make_repo(root / "meta-qcom-releases", {"lock.yml": lock})
     return fx
+
+
+def write_manifest(path: Path, *, board: str = "iq-8275-evk", qli: str = "qli-2.0", release: str = "rel-1",
+                   qairt: tuple[str, ...] = ("2.44.0.260225",), runtimes: tuple[str, ...] | None = None,
+                   models: list[dict] | None = None, image: dict | None = None, build: dict | None = None) -> Path:
+    """A release manifest file for render tests (defaults: Gemma-4 E2B by URL on the IQ-8275 EVK)."""
+    import yaml
+
+    if models is None:
+        models = [{"name": "gemma-4-e2b", "kind": "litertlm", "qairt": "2.44.0.260225", "size": 3294593024,
+                   "sha256": "ab" * 32,
+                   "url": "https://models.example.invalid/gemma-4-E2B-it_qualcomm_qcs8275.litertlm"}]
+    data: dict = {"manifest": 1, "release": release, "board": board, "qli": qli, "qairt": list(qairt),
+                  "models": models,
+                  "image": image if image is not None else {
+                      "variant": "production", "root_login": "keys-only",
+                      "ssh_authorized_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly0000 ops@test"]},
+                  "build": build or {}}
+    if runtimes is not None:
+        data["runtimes"] = list(runtimes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
