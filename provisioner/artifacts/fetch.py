@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -158,6 +160,10 @@ def fetch_one(item: FetchItem, dl_dir: Path, *, session: Any = None, reporter: R
               bar: Any = None, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> FetchResult:
     """Download one item (mirrors in order), resuming a ``.part`` file, verifying size and sha256."""
     reporter = reporter or Reporter(quiet=True)
+    if session is None:
+        import requests
+
+        session = requests.Session()
     final = dl_dir / item.filename
     part = dl_dir / (item.filename + ".part")
     notes: list[str] = []
@@ -263,9 +269,32 @@ def _copy_file(url: str, part: Path, have: int, h: Any, item: FetchItem, bar: An
     return n, have > 0, h
 
 
+class _HashThread:
+    """Feed sha256 from a second thread so hashing overlaps the download."""
+
+    def __init__(self, h: Any) -> None:
+        self.h = h
+        self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while (chunk := self.q.get()) is not None:
+            self.h.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self.q.put(chunk)
+
+    def finish(self) -> Any:
+        self.q.put(None)
+        self.t.join()
+        return self.h
+
+
 def _http(url: str, part: Path, have: int, h: Any, item: FetchItem, session: Any, bar: Any,
           timeout: tuple[float, float]) -> tuple[int, bool, Any]:
     import requests
+    import urllib3
 
     headers = {"Accept-Encoding": "identity"}
     token = os.environ.get(TOKEN_ENV)
@@ -301,16 +330,21 @@ def _http(url: str, part: Path, have: int, h: Any, item: FetchItem, session: Any
         total = (have + int(length)) if length and length.isdigit() else item.size
         advance = _task(bar, item, total, have)
         n = 0
+        hasher = _HashThread(h)
         try:
             with open(part, "ab" if resumed else "wb") as fo:
-                for chunk in resp.iter_content(CHUNK):
+                # raw reads of big blocks; hashing runs on its own thread (hashlib drops the GIL), so
+                # network, disk and sha256 overlap instead of taking turns
+                while chunk := resp.raw.read(CHUNK, decode_content=False):
                     fo.write(chunk)
-                    h.update(chunk)
+                    hasher.update(chunk)
                     n += len(chunk)
                     advance(len(chunk))
-        except requests.exceptions.RequestException as exc:
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise _SourceFailed(f"{shown}: connection lost after {have + n:,} bytes ({type(exc).__name__}); "
                                 "rerun to resume") from exc
+        finally:
+            h = hasher.finish()
         if length and length.isdigit() and n != int(length):
             raise _SourceFailed(f"{shown}: connection closed after {have + n:,} of {have + int(length):,} bytes; "
                                 "rerun to resume")
