@@ -402,7 +402,8 @@ def apply_faults(board: VirtualBoard) -> list[str]:
 
     ``memlock``: the limits.d file and the systemd memlock drop-in are missing (and the serve unit
     sets no LimitMEMLOCK). ``no-fastrpc-group``: ``llm`` is not in group ``fastrpc``.
-    ``qairt-mismatch``: the host QNN libraries under /opt/qairt come from the system QAIRT.
+    ``qairt-mismatch``: the QNN libraries and skels under /opt/qairt/<ver> come from another
+    QAIRT release (the system's).
     ``truncated-model``: model files are cut short. ``wrong-soc-model``: Genie HTP configs carry
     ``soc_model: 0``. Runtime faults (no-burst, soc-config-14001, slow) are read live by the
     stand-ins. Returns the faults applied now.
@@ -441,7 +442,9 @@ def apply_faults(board: VirtualBoard) -> list[str]:
         elif fault == "qairt-mismatch":
             system = _system_qairt()
             qroot = _rootfs_path(r, layout.QAIRT_ROOT)
-            for lib in qroot.glob("*/lib/aarch64-*/*.so") if qroot.is_dir() else []:
+            libs = [*qroot.glob("*/lib/aarch64-*/*.so"), *qroot.glob("*/lib/hexagon-*/unsigned/*.so")] \
+                if qroot.is_dir() else []
+            for lib in libs:
                 if lib.is_file() and lib.name.startswith(("libQnn", "libGenie")):
                     lib.write_bytes(runtime.stub_library(lib.name, system))
         elif fault == "truncated-model":

@@ -751,6 +751,11 @@ def genie_t2t_run(argv: list[str], out: TextIO, err: TextIO, view: BoardView) ->
     if model.missing:
         raise RuntimeFailure([f"[ERROR] \"Could not open file {cfg_path.parent / model.missing[0]}\"",
                               "Failed to create dialog"])
+    if model.truncated:
+        raise RuntimeFailure([
+            f"[ERROR] \"Failed to mmap context binary: {model.size} of {model.declared_size} bytes present\"",
+            "[ERROR] \"Could not create context from binary\"",
+            "Failed to create dialog"])
     stack.host_lib, stack.host_build = htp, library_build(htp) if htp else None
     check_stack(view, model, stack, "genie")
     if model.dsp_arch and model.dsp_arch.lower() != view.arch:

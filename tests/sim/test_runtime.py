@@ -1,0 +1,169 @@
+"""Runtime stand-ins on virtual boards: the seeds' outputs and failure signatures, from board state.
+
+Every command runs over real ssh inside the board's namespace with the run environment from
+``provisioner.layout`` (what the fleet uses), so what is tested is what a verifier would see.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from provisioner import catalog
+from provisioner.sim import host
+from provisioner.sim.runtime import GARBAGE_TOKEN, answer_for
+from tests.sim.test_host_support import decode_speed, genie_cmd, litert_cmd, make_board, needs_root, ssh
+
+pytestmark = [needs_root, pytest.mark.root]
+
+QUESTION = "Explain what Qualcomm is in two sentences."
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("simroot-rt")
+    yield r
+    host.stop_all(r)
+
+
+@pytest.fixture(scope="module")
+def gemma(root):
+    vb = make_board(root)
+    host.start_host(vb)
+    yield vb
+    host.stop_host(vb)
+
+
+def _expected(board_id: str, model: str) -> float:
+    return catalog.board(board_id).expected(model, "qli").decode_tok_s
+
+
+def test_healthy_board_answers_coherently_at_catalog_speed(gemma):
+    out = ssh(gemma, litert_cmd(gemma, QUESTION))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(answer_for(QUESTION))
+    assert "BenchmarkInfo:" in out.stdout and "Time to first token:" in out.stdout
+    assert decode_speed(out.stdout) == pytest.approx(_expected("iq-8275-evk", "gemma-4-e2b"), rel=0.08)
+    assert "Set HTP performance mode: 2" in out.stderr
+
+
+def test_cpu_backend_on_npu_only_model(gemma):
+    out = ssh(gemma, litert_cmd(gemma, "hi", backend="cpu"))
+    assert out.returncode != 0
+    assert "Main backend constraint mismatch" in out.stderr and "requires one of [npu]" in out.stderr
+
+
+def test_runtime_faults_read_live_from_the_board(gemma):
+    try:
+        gemma.add_fault("no-burst")
+        slow = ssh(gemma, litert_cmd(gemma, QUESTION))
+        assert slow.returncode == 0
+        assert "Null Qualcomm options" in slow.stderr and slow.stderr.count("[INFO]") > 10
+        assert decode_speed(slow.stdout) == pytest.approx(16.0, rel=0.1)
+        gemma.clear_fault("no-burst")
+
+        gemma.add_fault("slow")
+        assert decode_speed(ssh(gemma, litert_cmd(gemma, QUESTION)).stdout) == pytest.approx(16.0, rel=0.1)
+        gemma.clear_fault("slow")
+
+        gemma.add_fault("soc-config-14001")
+        bad = ssh(gemma, litert_cmd(gemma, QUESTION))
+        assert bad.returncode != 0
+        assert "Failed to set up QNN manager" in bad.stderr and "14001" in bad.stderr
+        gemma.clear_fault("soc-config-14001")
+
+        gemma.add_fault("wrong-soc-model")
+        garbage = ssh(gemma, litert_cmd(gemma, QUESTION))
+        assert garbage.returncode == 0                      # no error at all, like seed 002
+        first = garbage.stdout.splitlines()[0]
+        assert first.startswith(" ".join(answer_for(QUESTION).split()[:3]))
+        assert first.count(GARBAGE_TOKEN) >= 4
+    finally:
+        for f in ("no-burst", "slow", "soc-config-14001", "wrong-soc-model"):
+            gemma.clear_fault(f)
+
+
+@pytest.mark.parametrize("fault, needle, cause", [
+    ("memlock", "Could not allocate persistent weights buffer!", "test ! -e /etc/security/limits.d/"
+                                                                  "50-edge-llm-memlock.conf"),
+    ("qairt-mismatch", "Context binary was built with QAIRT v2.44.0.260225",
+     "grep -q 2.47.0.260601 /opt/qairt/2.44.0.260225/lib/aarch64-oe-linux-gcc11.2/libQnnHtp.so"),
+    ("truncated-model", "TF_LITE_PREFILL_DECODE not found", "true"),
+])
+def test_stateful_faults_show_the_seed_symptom_and_the_real_cause(root, fault, needle, cause):
+    vb = make_board(root, faults=(fault,))
+    host.start_host(vb)
+    try:
+        out = ssh(vb, litert_cmd(vb, QUESTION))
+        assert out.returncode != 0
+        assert needle in out.stderr
+        assert ssh(vb, cause).returncode == 0          # verification can find why, on the board itself
+    finally:
+        host.stop_host(vb)
+
+
+def test_fastrpc_group_membership_decides_for_the_service_user(root):
+    vb = make_board(root, faults=("no-fastrpc-group",))
+    host.start_host(vb)
+    try:
+        out = ssh(vb, litert_cmd(vb, QUESTION, user="llm"))
+        assert out.returncode != 0
+        assert "/dev/fastrpc-cdsp: Permission denied" in out.stderr
+        assert ssh(vb, "usermod -aG fastrpc llm").returncode == 0
+        ok = ssh(vb, litert_cmd(vb, QUESTION, user="llm"))
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        host.stop_host(vb)
+
+
+@pytest.fixture(scope="module")
+def nemotron(root):
+    vb = make_board(root, "iq-9075-evk")
+    host.start_host(vb)
+    yield vb
+    host.stop_host(vb)
+
+
+def test_genie_healthy_run_and_profile(nemotron):
+    out = ssh(nemotron, genie_cmd(nemotron, "--profile /tmp/.genie-prof-$$.json; cat /tmp/.genie-prof-$$.json; "
+                                            "rm -f /tmp/.genie-prof-$$.json"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Using libGenie.so version 1.17.0\n")
+    assert '[INFO] "Using create From Binary"' in out.stdout
+    assert f"[BEGIN]: {answer_for('Explain gravity in one short English sentence.')}[END]" in out.stdout
+    prof = json.loads(out.stdout[out.stdout.index("[END]") + 6:])
+    events = {e["type"]: e for e in prof["components"][0]["events"]}
+    rate = events["GenieDialog_query"]["token-generation-rate"]["value"]
+    assert rate == pytest.approx(_expected("iq-9075-evk", "nemotron-nano-8b"), rel=0.08)
+    assert events["GenieDialog_query"]["time-to-first-token"]["unit"] == "us"
+
+
+def test_genie_refuses_to_overwrite_a_profile(nemotron):
+    out = ssh(nemotron, "touch /tmp/.exists.json; " + genie_cmd(nemotron, "--profile /tmp/.exists.json")
+              + "; echo rc=$?; rm -f /tmp/.exists.json")
+    assert "rc=1" in out.stdout and "already exists" in out.stderr
+
+
+def test_genie_without_fastrpc_access_is_14001(root):
+    vb = make_board(root, "iq-9075-evk", faults=("no-fastrpc-group",))
+    host.start_host(vb)
+    try:
+        out = ssh(vb, f"setpriv --reuid llm --regid llm --init-groups sh -c \"{genie_cmd(vb)}\"")
+        assert out.returncode != 0
+        assert "Failed to create device: 14001" in out.stderr and "Device Creation failure" in out.stderr
+    finally:
+        host.stop_host(vb)
+
+
+def test_genie_wrong_soc_model_bundle_gives_garbage(root):
+    vb = make_board(root, "iq-9075-evk", faults=("wrong-soc-model",))
+    host.start_host(vb)
+    try:
+        out = ssh(vb, genie_cmd(vb))
+        assert out.returncode == 0
+        assert GARBAGE_TOKEN * 4 in out.stdout
+        cfg = ssh(vb, "cat /opt/edge-llm/models/nemotron-nano-8b/current/htp_backend_ext_config.json").stdout
+        assert json.loads(cfg)["devices"][0]["soc_model"] == 0
+    finally:
+        host.stop_host(vb)
