@@ -23,7 +23,7 @@ from provisioner.station.bundle import Preflight, preflight
 from provisioner.station.config import StationConfig
 from provisioner.station.console import ConsoleDriver
 from provisioner.station.qdl import QDL_HINT, QdlDriver, QdlInfo, detect_qdl
-from provisioner.station.records import FAILED, PASSED, Records
+from provisioner.station.records import FAILED, INTERRUPTED, PASSED, Records
 from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashSettings, Listener, StepEvent
 
 
@@ -196,6 +196,31 @@ def check_qdl_for(info: QdlInfo, targets: list[BoardTarget], *, allow_old_qdl: b
     return False
 
 
+def _stop_children(program: str) -> list[int]:
+    """SIGTERM the process groups of our own child qdl processes (by pid; nothing else)."""
+    import os
+    import signal
+
+    me = os.getpid()
+    killed = []
+    for task in Path(f"/proc/{me}/task").iterdir():
+        try:
+            pids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in map(int, pids):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                # started by run_streaming (own session) and a qdl (a wrapper script may exec
+                # something whose argv no longer names the configured path)
+                if os.getsid(pid) == pid and (program.encode() in argv or any(b"qdl" in a for a in argv[:3])):
+                    os.killpg(pid, signal.SIGTERM)
+                    killed.append(pid)
+            except (OSError, ValueError):
+                continue
+    return killed
+
+
 def flash_release(release: Path | str | Release | Preflight, config: StationConfig, *,
                   serials: list[str] | None = None, all_boards: bool = False, board_id: str | None = None,
                   jobs: int | None = None, timeout_s: float = 900.0, retries: int = 2,
@@ -253,7 +278,9 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
             strat.state = "failed"
         aid = attempts.get(t.serial)
         if records is not None and aid is not None:
-            records.finish_attempt(aid, PASSED if ok else FAILED, error=error, identity=strat.identity)
+            result = PASSED if ok else (INTERRUPTED if stop.is_set() else FAILED)
+            records.finish_attempt(aid, result, error="interrupted by the operator" if result == INTERRUPTED
+                                   else error, identity=strat.identity)
             if strat.identity:
                 address = config.addresses.get(t.serial) or strat.identity.get("ip")
                 records.set_identity(t.serial, strat.identity, address)
@@ -267,6 +294,10 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
         try:
             results = list(pool.map(work, targets))
         except KeyboardInterrupt:
+            # qdl runs in its own session (Ctrl-C does not reach it): stop every one we started,
+            # let the workers record their attempts as interrupted, then re-raise.
             stop.set()
+            _stop_children(info.path)
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
     return FlashRun(pf.release_id, pf.board.id, info, results, time.monotonic() - t0)

@@ -153,3 +153,38 @@ def test_config_never_holds_the_password(tmp_path):
     c = load_config(cfg)
     assert c.credential.file == tmp_path / "pw" and c.slot_name("1-4.2") == "slot 3"
     assert c.console_for("0AA94EFD", "1-4.2") == "/dev/ttyUSB3" and c.boards["1-4.2"] == "iq-9075-evk"
+
+
+def test_ctrl_c_stops_qdl_and_records_interrupted(station, release_8275, tmp_path):
+    station.add(2)
+    db = tmp_path / "station.db"
+    env = dict(os.environ, PROVISIONER_SIM_QDL_RATE_KBPS="400", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner", "station", "flash", str(release_8275), "--all",
+                             "--qdl", station.config.qdl, "--sysfs-root", str(station.config.sysfs_root),
+                             "--db", str(db), "--json"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if db.exists():
+                with Records(db, writer=False) as rec:
+                    rows = rec.history()
+                if len(rows) == 2 and all(r["state"] == "flashing" for r in rows):
+                    break
+            time.sleep(0.1)
+        assert _qdl_pids(station.root)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    deadline = time.monotonic() + 5
+    while _qdl_pids(station.root) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _qdl_pids(station.root) == []
+    with Records(db) as rec:
+        hist = rec.history()
+        assert rec.recovered == []
+    assert {h["result"] for h in hist} == {INTERRUPTED}
+    assert all(h["error"] == "interrupted by the operator" for h in hist)
