@@ -4,6 +4,21 @@ Everything the station code touches outside itself is configured here, never gue
 sysfs root, the qdl executable, slot names, serial consoles, the records database and where
 the console password comes from (an environment variable name or a file - the password
 itself never appears in the config, a log or a record).
+
+Example ``station.yaml`` (relative paths are relative to the file)::
+
+    sysfs_root: /sys
+    qdl: /opt/qdl-2.5/bin/qdl          # or a name on PATH; >= 2.1 for --serial
+    database: /var/lib/edge-llm/station.db
+    log_dir: /var/log/edge-llm-station
+    slots:                             # USB port path -> slot name (or {name, board, console})
+      "1-4.1": slot 1
+      "1-4.2": {name: slot 2, board: iq-9075-evk, console: /dev/ttyUSB1}
+    consoles:                          # slot name, port path or board serial -> tty
+      slot 1: /dev/ttyUSB0
+    credential: {env: PROVISIONER_CONSOLE_PASSWORD}   # or {file: /etc/edge-llm/console.pw}
+    addresses:                         # board serial -> host[:port] for the exported inventory
+      0AA94EFD: 10.20.0.11:22
 """
 
 from __future__ import annotations

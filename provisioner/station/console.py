@@ -132,7 +132,8 @@ class ConsoleDriver:
         except (serial.SerialException, OSError) as exc:
             raise StationError(f"console {self.port}: write failed ({exc})", "check the cable") from None
         if self._log and not secret:
-            self._log.write(f"\n[sent] {text.strip()}\n")
+            lines = [ln for ln in text.replace("\n", "\r").split("\r") if ln.strip()]
+            self._log.write("".join(f"\n[sent] {ln}" for ln in lines) + "\n")
 
     def _read_some(self, deadline: float) -> str:
         try:

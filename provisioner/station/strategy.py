@@ -94,6 +94,7 @@ class BoardStrategy:
         self.identity: dict[str, Any] | None = None
         self.boot_log: Path | None = None
         self.progress: QdlProgress | None = None
+        self._capture: tuple[ConsoleDriver, threading.Event, threading.Thread] | None = None
         safe = target.serial
         self.log_path = settings.log_dir / f"{safe}-qdl.log"
         self.console_log = settings.log_dir / f"{safe}-console.log"
@@ -120,6 +121,9 @@ class BoardStrategy:
             func()
         except UserError as exc:
             self.error = str(exc)
+            con = self._stop_capture()
+            if con is not None:
+                con.close()
             self.emit(name, "error", duration_s=time.monotonic() - t0, error=self.error)
             self._set(FAILED)
             raise
@@ -146,6 +150,8 @@ class BoardStrategy:
                 self._step("edl", self._to_edl)
                 self._set("edl")
             elif self.state in ("edl", "flashing"):
+                if want >= STATES.index("booted"):
+                    self._start_capture()
                 self._set("flashing")
                 self._step("flash", self._flash)
                 self._set("flashed")
@@ -223,8 +229,50 @@ class BoardStrategy:
         return ConsoleDriver(self.target.console, baudrate=self.s.baudrate, credential=self.s.credential,
                              log_path=self.console_log, prompt_timeout_s=self.s.boot_timeout_s)
 
+    def _start_capture(self) -> None:
+        """Open the console before qdl resets the board, so the whole boot log lands in the
+        console log (a UART keeps no history for a late listener)."""
+        if not self.target.console or self._capture is not None:
+            return
+        con = self._console()
+        try:
+            con.open()
+        except StationError as exc:
+            self.emit("boot", "progress", warning=f"boot log not captured: {exc}")
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    con._read_some(time.monotonic() + 5)
+                except StationError:
+                    return
+
+        th = threading.Thread(target=loop, name=f"console-{self.target.serial}", daemon=True)
+        th.start()
+        self._capture = (con, stop, th)
+
+    def _stop_capture(self) -> ConsoleDriver | None:
+        if self._capture is None:
+            return None
+        con, stop, th = self._capture
+        stop.set()
+        th.join(timeout=5)
+        self._capture = None
+        return con
+
     def _boot(self) -> None:
         deadline = time.monotonic() + self.s.boot_timeout_s
+        captured = self._stop_capture()
+        if captured is not None and captured.ser is not None:
+            try:
+                captured.ensure_shell(timeout_s=max(1.0, deadline - time.monotonic()))
+                self.identity = captured.identity()
+            finally:
+                captured.close()
+            self.boot_log = self.console_log
+            return
         con = self._console()
         while True:
             try:
