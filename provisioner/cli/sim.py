@@ -37,7 +37,9 @@ def up_cmd(count: int, board_id: str, faults: tuple[str, ...], state: str, manif
            inventory: Path | None, timeout_s: float, root: Path | None, as_json: bool) -> None:
     """Add COUNT virtual boards (repeat to add more)."""
     from provisioner.sim import control
+    from provisioner.sim.board import check_faults
 
+    check_faults(faults)
     rep = Reporter(quiet=as_json)
     rep.step(f"bringing up {count} x {board_id} ({state})")
     res = control.up(count, board_id, root=root, faults=faults, state=state, manifest=manifest,

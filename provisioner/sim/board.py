@@ -89,7 +89,7 @@ class VirtualBoard:
             raise SimError(f"bad board serial '{serial}'", "use 8 hex digits like 0AA94EFD")
         if not PORT_RE.match(slot):
             raise SimError(f"bad station slot '{slot}'", "use a USB port path like 1-4.2")
-        _check_faults(faults)
+        check_faults(faults)
         if state not in STATES:
             raise SimError(f"unknown board state '{state}'", f"use one of: {', '.join(STATES)}")
         for other in list_boards(root_p):
@@ -186,7 +186,7 @@ class VirtualBoard:
         if "state" in fields:
             raise SimError("use set_state() to change a board's state")
         if "faults" in fields:
-            _check_faults(fields["faults"])
+            check_faults(fields["faults"])
         with self.transaction() as data:
             data.update(fields)
         return self
@@ -223,7 +223,7 @@ class VirtualBoard:
         return self
 
     def add_fault(self, name: str) -> VirtualBoard:
-        _check_faults([name])
+        check_faults([name])
         with self.transaction() as data:
             if name not in data["faults"]:
                 data["faults"].append(name)
@@ -300,7 +300,8 @@ class VirtualBoard:
                f"state={self._data.get('state')})"
 
 
-def _check_faults(faults: Any) -> None:
+def check_faults(faults: Any) -> None:
+    """SimError naming the known faults if any of ``faults`` is unknown."""
     for f in faults:
         if f not in FAULTS:
             raise SimError(f"unknown fault '{f}'", f"use one of: {', '.join(FAULTS)}")

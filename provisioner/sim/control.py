@@ -240,8 +240,10 @@ def down(root: str | os.PathLike[str] | None = None, *, keep_cache: bool = True)
     supervisor.stop(root_p)
     boards = list_boards(root_p)
     report["boards"] = len(boards)
-    for vb in boards:
-        supervisor._stop_host(vb)   # idempotent; cleans up after a supervisor killed -9
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=16) as pool:     # idempotent; cleans up after a supervisor killed -9
+        list(pool.map(supervisor._stop_host, boards))
     # Safety net: any process still naming this root was started by it (sshd -f <root>/..., a
     # supervisor whose pidfile was lost, a qdl waiting forever): end each one by its pid.
     pids = _pids_mentioning(root_p)

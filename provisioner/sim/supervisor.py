@@ -391,8 +391,10 @@ class Supervisor:
                 pidfile.unlink()
 
     def _close_all(self) -> None:
-        for hw in self.boards.values():
-            hw.close(stop_host=True)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=16) as pool:     # stopping 64 sshds one by one takes long
+            list(pool.map(lambda hw: hw.close(stop_host=True), list(self.boards.values())))
         self.boards.clear()
 
 

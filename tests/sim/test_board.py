@@ -13,7 +13,7 @@ from provisioner.station.edl import scan_edl
 
 
 def test_create_load_and_sparse_luns(tmp_path):
-    vb = VirtualBoard.create(tmp_path, "IQ-8275", "0aa94efd", "1-4.2", lun_mib=8, lun0_mib=16)
+    VirtualBoard.create(tmp_path, "IQ-8275", "0aa94efd", "1-4.2", lun_mib=8, lun0_mib=16)
     again = VirtualBoard.load(tmp_path, "0AA94EFD")
     assert again.board_id == "iq-8275-evk" and again.slot == "1-4.2" and again.state == "off"
     assert again.lun_size(0) == 16 << 20 and again.lun_size(5) == 8 << 20

@@ -1,0 +1,73 @@
+"""Synthetic qcomflash bundle: accepted by the station's preflight, rootfs holds the layout contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from provisioner import catalog, layout
+from provisioner.station.bundle import preflight, read_contents
+from provisioner.station.flashxml import boot_lun, find_flash_xml, parse_patch, parse_rawprogram
+
+from .simcore import build_bundle
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return build_bundle(tmp_path_factory.mktemp("bundle"), release="rel-42", memlock="unlimited", download_mode=1)
+
+
+def _debugfs_cat(img, path):
+    res = subprocess.run(["debugfs", "-R", f"cat {path}", str(img)], capture_output=True, check=True)
+    return res.stdout
+
+
+def test_bundle_shape_matches_qcomflash(bundle):
+    b = catalog.board("iq-8275-evk")
+    assert bundle.name == f"edge-llm-image-{b.kas_machine}"
+    raws, patches = find_flash_xml(bundle)
+    assert [p.name for p in raws] == [f"rawprogram{n}.xml" for n in range(6)]
+    programs = [p for x in raws for p in parse_rawprogram(x)]
+    labels = {p.label: p for p in programs}
+    assert labels["efi"].lun == 0 and labels["rootfs"].lun == 0 and labels["xbl_a"].lun == 1
+    assert labels["xbl_b"].lun == 2 and labels["cdt"].lun == 3 and labels["uefi_a"].lun == 4
+    assert labels["persist"].lun == 5 and labels["persist"].skipped
+    assert boot_lun(programs) == 1
+    assert all(p.sector_size == b.sector_size for p in programs)
+    assert any(p.start_sector.startswith("NUM_DISK_SECTORS-") for p in programs)
+    ops = [p for x in patches for p in parse_patch(x)]
+    assert any(p.device_side for p in ops) and any(not p.device_side for p in ops)
+    chips, storage = read_contents(bundle / "contents.xml")
+    assert chips[0] in b.contents_chip_ids and storage == ["ufs"]
+    assert (bundle / "prog_firehose_ddr.elf").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_station_preflight_accepts_it(bundle):
+    pf = preflight(bundle, "iq-8275-evk", hash_files=False)
+    bad = [c for c in pf.checks if not c.ok]
+    assert bad == []
+
+
+def test_rootfs_is_ext4_with_the_layout_contract(bundle):
+    b = catalog.board("iq-8275-evk")
+    img = bundle / "rootfs.img"
+    assert img.stat().st_size < 32 << 20
+    assert b'BUILD_ID="rel-42"' in _debugfs_cat(img, layout.OS_RELEASE)
+    rel = json.loads(_debugfs_cat(img, layout.RELEASE_JSON))
+    assert rel["release"] == "rel-42" and rel["qairt"] == ["2.44.0.260225"]
+    for f in layout.qairt_files(b, "2.44.0.260225", with_genie=False):
+        assert b"2.44.0.260225" in _debugfs_cat(img, f), f
+    assert b"SIMULATED litert_lm_main" in _debugfs_cat(img, f"{layout.litert_dir()}/bin/litert_lm_main")
+    model = rel["models"][0]
+    meta = json.loads(_debugfs_cat(img, f"{layout.model_version_dir('gemma-4-e2b', model['version'])}/model.json"))
+    assert meta["sha256"] == model["sha256"] and meta["qairt"] == "2.44.0.260225"
+    link = subprocess.run(["debugfs", "-R", f"stat {layout.model_current('gemma-4-e2b')}", str(img)],
+                          capture_output=True, text=True, check=True).stdout
+    assert f'Fast link dest: "{model["version"]}"' in link
+    assert b"memlock    unlimited" in _debugfs_cat(img, layout.LIMITS_FILE)
+    assert b"DefaultLimitMEMLOCK=infinity" in _debugfs_cat(img, layout.SYSTEMD_MEMLOCK_DROPIN)
+    assert b"qcom_scm.download_mode=1" in _debugfs_cat(img, "/etc/kernel/cmdline")
+    assert b"fastrpc:x:" in _debugfs_cat(img, "/etc/group")
+    assert b"[Service]" in _debugfs_cat(img, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}")
