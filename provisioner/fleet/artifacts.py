@@ -157,9 +157,13 @@ def deploy_plan(index: dict[str, Any], models: list[dict[str, Any]], board_id: s
     out_models = []
     for m in picked.values():
         vdir = layout.model_version_dir(m["name"], m["version"])
-        meta = {"name": m["name"], "kind": m["kind"], "runtime": m["runtime"], "qairt": m["qairt"],
-                "sha256": m.get("sha256"), "size": m["size"], "version": m["version"],
-                "files": [f["name"] for f in m["files"]]}
+        meta: dict[str, Any] = {"name": m["name"], "kind": m["kind"], "runtime": m["runtime"], "qairt": m["qairt"],
+                                "version": m["version"],
+                                "files": [{"name": f["name"], "size": f["size"], "sha256": f["sha256"]}
+                                          for f in m["files"]]}
+        if m["kind"] == "litertlm":   # one file: its size/sha256 are the model's (Genie: per file only)
+            meta.update(sha256=m.get("sha256"), size=next(f["size"] for f in m["files"] if f["name"] == m["file"]),
+                        file=m["file"])
         out_models.append({"name": m["name"], "version": m["version"], "qairt": m["qairt"], "runtime": m["runtime"],
                            "files": m["files"], "dir": layout.model_dir(m["name"]), "version_dir": vdir,
                            "partial_dir": f"{vdir}.partial", "current": layout.model_current(m["name"]),

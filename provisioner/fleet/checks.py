@@ -51,6 +51,10 @@ DIAGNOSES: dict[str, Diagnosis] = {
     "fastrpc-perms": Diagnosis("/dev/fastrpc-cdsp is not group-accessible to 'fastrpc' (root-only device)",
                                "chgrp fastrpc /dev/fastrpc-cdsp; chmod 0660 (udev rule from the fastrpc package); "
                                "add the service user to group fastrpc", "seed 001"),
+    "fastrpc-group": Diagnosis("the inference user is not in group fastrpc: it cannot open /dev/fastrpc-cdsp "
+                               "(Genie: 'Failed to create device: 14001')",
+                               "usermod -aG fastrpc <user> (the image's EXTRA_USERS_PARAMS / the serve unit's "
+                               "SupplementaryGroups=fastrpc)", "seed 001"),
     "cdsprpcd": Diagnosis("cdsprpcd.service is not active", "systemctl enable --now cdsprpcd.service", "seed 001"),
     "qairt-missing": Diagnosis("the model's exact QAIRT build is not installed (host libs and skel must come from "
                                "the build the context binaries were compiled with)",
@@ -203,7 +207,7 @@ class Expect:
 
 
 def serve_config(board: catalog.Board, model: ModelExpect, *, index: int = 0, bind: str = "127.0.0.1",
-                 model_dir: str | None = None) -> dict[str, Any]:
+                 model_dir: str | None = None, port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
     """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port)."""
     env = layout.run_env(board, model.runtime, model.qairt)
     if model.runtime == "litert_lm":
@@ -217,7 +221,7 @@ def serve_config(board: catalog.Board, model: ModelExpect, *, index: int = 0, bi
         "executable": exe,
         "chat_template": model.chat_template if model.chat_template in serve.TEMPLATES else "plain",
         "bind": bind,
-        "port": model.port or layout.SERVE_BASE_PORT + index,
+        "port": model.port or int(port_base) + index,
         "env": env.as_env(),
     }
     if model.runtime == "litert_lm":
@@ -392,7 +396,7 @@ def evaluate(expect: Expect, probe: dict[str, Any], *, smoke_only: bool = False)
                                                                          else f" != {expect.build_id}"), "release"))
         else:
             checks.append(Check("release", bool(build_id), f"BUILD_ID {build_id or '(missing)'}", "release"))
-        checks += _fastrpc_checks(probe)
+        checks += _fastrpc_checks(probe, expect.serve_user)
         checks += _limits_checks(expect, probe)
         checks += _download_mode_check(expect, probe)
     for m in expect.models:
@@ -417,7 +421,7 @@ def evaluate(expect: Expect, probe: dict[str, Any], *, smoke_only: bool = False)
     }
 
 
-def _fastrpc_checks(probe: dict[str, Any]) -> list[Check]:
+def _fastrpc_checks(probe: dict[str, Any], user: str) -> list[Check]:
     stats = probe.get("stat") or {}
     dev = stats.get("fastrpc_device") or {}
     lib = stats.get("fastrpc_lib") or {}
@@ -430,8 +434,14 @@ def _fastrpc_checks(probe: dict[str, Any]) -> list[Check]:
             out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} is {dev.get('owner')}:{dev.get('group')} "
                                                f"{oct(mode & 0o7777)} (want group {layout.FASTRPC_GROUP}, 0660)",
                              "fastrpc-perms"))
-        elif not (probe.get("groups") or {}).get(layout.FASTRPC_GROUP, {}).get("exists", True):
-            out.append(Check("fastrpc", False, f"group {layout.FASTRPC_GROUP} missing", "fastrpc-perms"))
+        else:
+            group = (probe.get("groups") or {}).get(layout.FASTRPC_GROUP) or {}
+            if not group.get("exists", True):
+                out.append(Check("fastrpc", False, f"group {layout.FASTRPC_GROUP} missing", "fastrpc-perms"))
+            elif user and user != "root" and user not in (group.get("members") or []):
+                out.append(Check("fastrpc", False, f"inference user '{user}' is not in group {layout.FASTRPC_GROUP} "
+                                                   f"(members: {', '.join(group.get('members') or []) or 'none'})",
+                                 "fastrpc-group"))
     if not lib.get("exists"):
         out.append(Check("fastrpc", False, f"{layout.FASTRPC_LIB} missing", "fastrpc-missing"))
     active = (probe.get("units_active") or {}).get("cdsprpcd")

@@ -54,11 +54,11 @@ def model_thresholds(board: catalog.Board, model_id: str, verify: VerifyThreshol
 def catalog_models(board: catalog.Board) -> list[dict[str, Any]]:
     """The catalog's reference models for ``board`` as ``edge_llm_models`` entries."""
     out = []
-    for i, m in enumerate(mi for mi in catalog.models().values() if board.id in mi.boards):
+    for m in (mi for mi in catalog.models().values() if board.id in mi.boards):
         min_dec, max_ttft = model_thresholds(board, m.id)
         entry: dict[str, Any] = {"name": m.id, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt,
                                  "chat_template": m.chat_template, "min_decode_tok_s": min_dec,
-                                 "max_ttft_s": max_ttft, "port": layout.SERVE_BASE_PORT + i}
+                                 "max_ttft_s": max_ttft}
         if m.file:
             entry["file"] = m.file   # size/sha256 are pinned per release (manifest/model.json), not per board type
         out.append(entry)
@@ -75,18 +75,30 @@ def group_vars(board_id: str) -> dict[str, Any]:
     }
 
 
+class _IndentDumper(yaml.SafeDumper):
+    """Indent list items under their key (what yamllint/ansible-lint expect)."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
 def render_group_vars(board_id: str) -> str:
-    body = yaml.safe_dump(group_vars(board_id), sort_keys=False, default_flow_style=False, width=1000)
+    body = yaml.dump(group_vars(board_id), Dumper=_IndentDumper, sort_keys=False, default_flow_style=False,
+                     width=1000)
     return "---\n" + HEADER + body
+
+
+def expected_group_vars(out_dir: Path = GROUP_VARS_DIR) -> dict[Path, str]:
+    """Path -> text of every group_vars file the catalog generates."""
+    return {out_dir / f"{group_name(bid)}.yml": render_group_vars(bid) for bid in sorted(catalog.boards())}
 
 
 def generate_group_vars(out_dir: Path = GROUP_VARS_DIR) -> list[Path]:
     """Write one ``<group>.yml`` per catalog board (atomically); returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for bid in sorted(catalog.boards()):
-        path = out_dir / f"{group_name(bid)}.yml"
-        atomic_write(path, render_group_vars(bid))
+    for path, text in expected_group_vars(out_dir).items():
+        atomic_write(path, text)
         written.append(path)
     return written
 
@@ -94,12 +106,12 @@ def generate_group_vars(out_dir: Path = GROUP_VARS_DIR) -> list[Path]:
 def manifest_models(manifest: Manifest) -> list[dict[str, Any]]:
     """``edge_llm_models`` for a release manifest (pins, sha256, thresholds from its verify section)."""
     out = []
-    for i, m in enumerate(manifest.models):
+    for m in manifest.models:
         info = catalog.models().get(m.reference or m.name)
         entry: dict[str, Any] = {"name": m.name, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt,
                                  "chat_template": m.chat_template or (info.chat_template if info else "plain"),
                                  "min_decode_tok_s": manifest.min_decode_tok_s(m), "max_ttft_s": manifest.max_ttft_s(m),
-                                 "port": layout.SERVE_BASE_PORT + i}
+                                 }
         if m.kind == "litertlm":
             entry["file"] = m.filename
         if m.size:
@@ -176,8 +188,8 @@ def inventory_from_records(records: Iterable[dict[str, Any]], *, ssh_user: str =
     return inv
 
 
-def load_records(path: Path) -> list[dict[str, Any]]:
-    """Station records from JSON/YAML: a list, ``{"boards": [...]}`` or an Ansible inventory (returned as-is)."""
+def load_records(path: Path) -> list[dict[str, Any]] | dict[str, Any]:
+    """Station records from JSON/YAML: a list, ``{"boards": [...]}``, or an Ansible inventory (checked, as-is)."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -186,6 +198,12 @@ def load_records(path: Path) -> list[dict[str, Any]]:
         raise FleetError(f"{path}: not JSON/YAML: {str(exc).splitlines()[0]}", "pass the station export") from exc
     if isinstance(data, dict) and "boards" in data:
         data = data["boards"]
+    if isinstance(data, dict) and isinstance(data.get("all"), dict):
+        for grp in (data["all"].get("children") or {}):
+            if grp.replace("_", "-") not in catalog.boards() and grp not in ("ungrouped",):
+                raise FleetError(f"{path}: group '{grp}' is not a board type",
+                                 f"use the board groups: {', '.join(group_name(b) for b in sorted(catalog.boards()))}")
+        return data
     if not isinstance(data, list):
         raise FleetError(f"{path}: expected a list of board records",
                          "pass the output of `provisioner station export-inventory --format records`")

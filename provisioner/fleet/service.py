@@ -58,11 +58,11 @@ def dropin_text(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def units(expect: Expect, *, bind: str = "127.0.0.1") -> dict[str, Any]:
+def units(expect: Expect, *, bind: str = "127.0.0.1", port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
     """Everything launch.yml writes for a board: script source, unit, and per model config + drop-in."""
     instances = []
     for i, m in enumerate(expect.models):
-        cfg = serve_config(expect.board, m, index=i, bind=bind)
+        cfg = serve_config(expect.board, m, index=i, bind=bind, port_base=port_base)
         unit = instance_unit(m.name)
         instances.append({
             "model": m.name, "unit": unit, "port": cfg["port"],

@@ -28,12 +28,12 @@ def deploy_plan(index, models, board_id, staging="/opt/edge-llm/.staging"):
         raise AnsibleFilterError(f"deploy_plan: {exc}") from exc
 
 
-def serve_units(expect_vars, bind="127.0.0.1"):
+def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
     try:
         expect = checks.Expect.from_vars(dict(expect_vars))
     except Exception as exc:
         raise AnsibleFilterError(f"serve_units: {exc}") from exc
-    return service.units(expect, bind=bind)
+    return service.units(expect, bind=bind, port_base=int(port_base))
 
 
 class FilterModule:
