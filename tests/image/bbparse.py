@@ -94,6 +94,11 @@ MACHINE_ARCH = "${{@d.getVar('MACHINE').replace('-', '_')}}"
 IMAGE_ROOTFS = "${{WORKDIR}}/rootfs"
 OVERRIDES = "${{MACHINE}}:pn-${{PN}}"
 export PATH = "/usr/bin:/bin"
+# as in oe-core's bitbake.conf: every other varflag (e.g. SRC_URI[name.sha256sum]) is part of a signature
+BB_SIGNATURE_EXCLUDE_FLAGS = "doc deps depends interactive lockfiles type vardepsexclude vardeps vardepvalue \
+    vardepvalueexclude file-checksums python func task export unexport noexec nostamp dirs cleandirs \
+    sstate-lockfile-shared prefuncs postfuncs export_func deptask rdeptask recrdeptask nodeprrecs \
+    stamp-extra-info sstate-outputdirs filename lineno progress mcdepends number_threads"
 BB_BASEHASH_IGNORE_VARS = "TMPDIR WORKDIR UNPACKDIR T D B S DL_DIR FILE FILE_DIRNAME BBPATH THISDIR COMMON_LICENSE_DIR"
 """
 
