@@ -52,13 +52,18 @@ _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 
 @dataclass(frozen=True)
 class RenderResult:
-    """What render wrote. ``kas_file`` is the one file to hand to ``kas``/``kas-container build``."""
+    """What render wrote. ``kas_file`` is the one file to hand to ``kas``/``kas-container build``.
+
+    ``files`` are the kas YAML files (what a release directory keeps under ``kas/``); ``layer_files``
+    are the copied and generated layers under ``<out_dir>/layers/`` (the build mounts them).
+    """
 
     kas_file: Path
     files: list[Path]
     plan: Plan
     out_dir: Path
     kas_files: list[Path] = field(default_factory=list)
+    layer_files: list[Path] = field(default_factory=list)
     snippets: dict[str, str] = field(default_factory=dict)
     repo_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -67,7 +72,8 @@ class RenderResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"kas_file": str(self.kas_file), "kas_files": [str(p) for p in self.kas_files],
-                "files": [str(p) for p in self.files], "out_dir": str(self.out_dir), "plan": self.plan.as_dict(),
+                "files": [str(p) for p in self.files], "layer_files": len(self.layer_files),
+                "out_dir": str(self.out_dir), "plan": self.plan.as_dict(),
                 "local_conf_header": sorted(self.snippets), "repo_overrides": self.repo_overrides}
 
 
@@ -246,11 +252,10 @@ def render(manifest: Manifest, out_dir: Path, *, repo_overrides: dict[str, dict[
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
-    files = sorted(p for p in out_dir.rglob("*") if p.is_file() and (
-        p.name in (MAIN_FILE, LOCAL_FILE) and p.parent == out_dir or (out_dir / "layers") in p.parents))
+    layer_files = sorted(p for p in (out_dir / "layers").rglob("*") if p.is_file())
     kas_files = [out_dir / MAIN_FILE] + ([out_dir / LOCAL_FILE] if overrides else [])
-    return RenderResult(kas_file=kas_files[-1], files=files, plan=plan, out_dir=out_dir, kas_files=kas_files,
-                        snippets=snippets, repo_overrides=overrides)
+    return RenderResult(kas_file=kas_files[-1], files=list(kas_files), plan=plan, out_dir=out_dir,
+                        kas_files=kas_files, layer_files=layer_files, snippets=snippets, repo_overrides=overrides)
 
 
 def render_lines(result: RenderResult) -> list[str]:

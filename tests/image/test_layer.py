@@ -406,3 +406,27 @@ def test_model_install_writes_model_json_and_current(tmp_path, distro_layer):
     assert meta["size"] == sum(p.stat().st_size for p in bundle.iterdir())
     assert meta["qairt"] == "2.45.0.260326" and len(meta["sha256"]) == 64
     assert os.readlink(dest / layout.model_current("nano").lstrip("/")) == version
+
+
+def test_image_refuses_rootfs_without_enabled_cdsprpcd_or_with_empty_root_password(tmp_path, distro_layer, fatal):
+    import bb
+
+    res = render(load_manifest(write_manifest(tmp_path / "m.yaml")), tmp_path / "out")
+    d = bbparse.parse_recipe(LAYER / "recipes-products/images/edge-llm-image.bb", _env(tmp_path, distro_layer, res))
+    assert d.getVar("IMAGE_PREPROCESS_COMMAND").split() == ["edge_llm_check_login", "edge_llm_check_fastrpc"]
+    rootfs = Path(d.getVar("IMAGE_ROOTFS"))
+    unit = rootfs / "usr/lib/systemd/system/cdsprpcd.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\n")
+    with pytest.raises(bb.BBHandledException):
+        _run(d, "edge_llm_check_fastrpc")
+    assert any("cdsprpcd.service is installed but not enabled" in m for m in fatal.messages)
+    wants = rootfs / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True)
+    (wants / "cdsprpcd.service").symlink_to("/usr/lib/systemd/system/cdsprpcd.service")
+    _run(d, "edge_llm_check_fastrpc")
+    (rootfs / "etc/shadow").write_text("root::19000:0:99999:7:::\n")
+    with pytest.raises(bb.BBHandledException):
+        _run(d, "edge_llm_check_login")
+    (rootfs / "etc/shadow").write_text("root:*:19000:0:99999:7:::\n")
+    _run(d, "edge_llm_check_login")

@@ -52,6 +52,20 @@ python edge_llm_check_login() {
                              "and EXTRA_USERS_PARAMS in later kas fragments")
 }
 
+python edge_llm_check_fastrpc() {
+    import glob, os
+    root = d.getVar("IMAGE_ROOTFS")
+    if not os.path.exists(root + d.getVar("systemd_system_unitdir") + "/cdsprpcd.service"):
+        bb.fatal("cdsprpcd.service is not in the image -> fastrpc must be installed (packagegroup-edge-llm "
+                 "depends on it); without it the NPU is unreachable (QnnDevice_create 14001)")
+    if not glob.glob(root + d.getVar("sysconfdir") + "/systemd/system/*.wants/cdsprpcd.service"):
+        bb.fatal("cdsprpcd.service is installed but not enabled -> check the systemd preset "
+                 "50-edge-llm.preset (edge-llm-user) and SYSTEMD_AUTO_ENABLE of fastrpc")
+}
+
+edge_llm_check_fastrpc[doc] = "Fails an image in which cdsprpcd (FastRPC daemon for the cDSP) is not enabled"
 edge_llm_release_json[doc] = "Writes /etc/edge-llm/release.json from EDGE_LLM_RELEASE_JSON"
 edge_llm_check_login[doc] = "Fails a production image whose root password is empty"
-ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json edge_llm_check_login"
+ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json"
+# Checks run last, after oe-core's own rootfs post-processing (users, presets) is done.
+IMAGE_PREPROCESS_COMMAND += "edge_llm_check_login edge_llm_check_fastrpc"
