@@ -200,12 +200,129 @@ class Device:
             fh.seek(offset)
             fh.write(data)
 
+    def zero(self, lun: int, offset: int, length: int) -> None:
+        if self.board is None:
+            return
+        with open(self.board.lun_path(lun), "r+b") as fh:
+            _zero_range(fh, offset, length)
+
+    def write_extents(self, lun: int, base: int, extents, limit: int, rate_kbps: float = 0.0) -> None:
+        """Write an image's extents at byte ``base`` of the LUN, up to ``limit`` bytes.
+
+        Zero extents become holes (punched, so a re-flash really clears old data while LUN
+        images stay sparse); ``rate_kbps`` throttles like a slow USB link.
+        """
+        if self.board is None:
+            return
+        t0 = time.monotonic()
+        done = 0
+        with open(self.board.lun_path(lun), "r+b") as fh:
+            for off, data, length in extents:
+                if off >= limit:
+                    break
+                length = min(length, limit - off)
+                if data is None:
+                    fh.flush()
+                    _zero_range(fh, base + off, length)
+                else:
+                    fh.seek(base + off)
+                    fh.write(data[:length])
+                done = off + length
+                if rate_kbps > 0:
+                    ahead = done / 1024 / rate_kbps - (time.monotonic() - t0)
+                    if ahead > 0:
+                        fh.flush()
+                        time.sleep(ahead)
+            end = -(-done // self.sector_size) * self.sector_size      # zero-pad the last sector
+            if end > done:
+                fh.flush()
+                _zero_range(fh, base + done, min(end, limit) - done)
+
     def read(self, lun: int, offset: int, length: int) -> bytes:
         if self.board is None:
             return b"\0" * length
         with open(self.board.lun_path(lun), "rb") as fh:
             fh.seek(offset)
             return fh.read(length).ljust(length, b"\0")
+
+
+SPARSE_MAGIC = 0xED26FF3A
+CHUNK_RAW, CHUNK_FILL, CHUNK_DONT_CARE, CHUNK_CRC32 = 0xCAC1, 0xCAC2, 0xCAC3, 0xCAC4
+IO_CHUNK = 1 << 20
+
+
+def image_extents(path: Path, skip: int, sparse: bool):
+    """(expanded size, iterator of (offset, bytes | None for zeros, length)) for an image file.
+
+    Android sparse images (``sparse="true"``, qdl >= 2.2) are expanded chunk by chunk; DONT_CARE
+    chunks are not written at all, as on the real device.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(28)
+    if sparse and len(head) == 28 and struct.unpack_from("<I", head)[0] == SPARSE_MAGIC:
+        _, _, _, hdr_sz, chunk_hdr_sz, blk_sz, total_blks, total_chunks, _ = struct.unpack("<IHHHHIIII", head)
+
+        def sparse_iter():
+            with open(path, "rb") as fh:
+                fh.seek(hdr_sz)
+                off = 0
+                for _ in range(total_chunks):
+                    ch = fh.read(chunk_hdr_sz)
+                    ctype, _, nblk, total = struct.unpack_from("<HHII", ch)
+                    length = nblk * blk_sz
+                    if ctype == CHUNK_RAW:
+                        left, pos = length, off
+                        while left:
+                            data = fh.read(min(left, IO_CHUNK))
+                            if not data:
+                                raise QdlFailure(f"{path.name}: sparse image is truncated")
+                            yield pos, (None if data.count(0) == len(data) else data), len(data)
+                            pos += len(data)
+                            left -= len(data)
+                    elif ctype == CHUNK_FILL:
+                        value = fh.read(4)
+                        yield off, (None if value == b"\0\0\0\0" else value * (length // 4)), length
+                    elif ctype == CHUNK_CRC32:
+                        fh.read(4)
+                    elif ctype != CHUNK_DONT_CARE:
+                        raise QdlFailure(f"{path.name}: unknown sparse chunk type 0x{ctype:04x}")
+                    off += length
+        return blk_sz * total_blks, sparse_iter()
+
+    size = max(0, path.stat().st_size - skip)
+
+    def raw_iter():
+        with open(path, "rb") as fh:
+            fh.seek(skip)
+            off = 0
+            while True:
+                data = fh.read(IO_CHUNK)
+                if not data:
+                    return
+                yield off, (None if data.count(0) == len(data) else data), len(data)
+                off += len(data)
+    return size, raw_iter()
+
+
+def _zero_range(fh, offset: int, length: int) -> None:
+    """Zero ``length`` bytes at ``offset``: punch a hole (stays sparse), else write zeros."""
+    if length <= 0:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        if libc.fallocate(fh.fileno(), 0x01 | 0x02, offset, length) == 0:   # KEEP_SIZE | PUNCH_HOLE
+            return
+    except (OSError, AttributeError):
+        pass
+    fh.seek(offset)
+    left = length
+    while left:
+        n = min(left, IO_CHUNK)
+        fh.write(b"\0" * n)
+        left -= n
 
 
 def resolve(filename: str, xml: Path, include: list[str]) -> Path | None:
@@ -307,7 +424,7 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
                 _err(f"firehose: ERROR: {exc.message}")
                 raise QdlFailure(f"flashing of {prog.label} failed") from None
             if prog.erase:
-                device.write(prog.lun, start * sector_size, b"\0" * (prog.num_partition_sectors * sector_size))
+                device.zero(prog.lun, start * sector_size, prog.num_partition_sectors * sector_size)
                 _out(f'successfully erased "{prog.label}"') if not old else None
                 continue
             path = files.get(i)
@@ -315,14 +432,12 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
                 if not old:
                     _out(f"{prog.filename} not found, skipping (--allow-missing)")
                 continue
-            data = path.read_bytes()[prog.file_sector_offset * sector_size:]
+            size, extents = image_extents(path, prog.file_sector_offset * sector_size, prog.sparse)
             part_bytes = prog.num_partition_sectors * sector_size
-            if part_bytes and len(data) > part_bytes:
+            if part_bytes and size > part_bytes:
                 _out(f"{prog.filename} to big for {prog.label} truncated to {part_bytes}")
-                data = data[:part_bytes]
-            if len(data) % sector_size:
-                data += b"\0" * (sector_size - len(data) % sector_size)
-            sectors = len(data) // sector_size
+                size = part_bytes
+            sectors = -(-size // sector_size)
             if start < 0 or start + sectors > nsec:
                 _err(f"firehose: ERROR: write of {sectors} sectors at {start} is beyond the end of LUN "
                      f"{prog.lun} ({nsec} sectors)")
@@ -331,19 +446,14 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
                 _err("firehose: ERROR: Failed to program the partition (NAK)")
                 raise QdlFailure(f"flashing of {prog.label} failed")
             if drop_at and prog.label == drop_at and board is not None:
-                device.write(prog.lun, start * sector_size, data[: len(data) // 2])
+                device.write_extents(prog.lun, start * sector_size, extents, size // 2)
                 board.set_state("off")
                 _err("qdl: failed to write: LIBUSB_ERROR_NO_DEVICE (device disconnected)")
                 raise QdlFailure(f"flashing of {prog.label} failed")
             t0 = time.monotonic()
-            device.write(prog.lun, start * sector_size, data)
+            device.write_extents(prog.lun, start * sector_size, extents, sectors * sector_size, rate_kbps=rate)
             elapsed = time.monotonic() - t0
-            if rate > 0:
-                want = len(data) / 1024 / rate
-                if want > elapsed:
-                    time.sleep(want - elapsed)
-                    elapsed = want
-            kbps = int(len(data) / 1024 / max(elapsed, 1e-4))
+            kbps = int(size / 1024 / max(elapsed, 1e-4))
             if old:
                 _err(f'[PROGRAM] flashed "{prog.label}" successfully at {kbps}kB/s')
             else:

@@ -291,13 +291,13 @@ class BoardHardware:
             await self._sleep(0.02)
         self.lines(con.systemd_lines(b))
         ssh = None
-        if not b.has_fault("unreachable"):
-            try:
-                ssh = await asyncio.to_thread(_start_host, b)
-                self.host_up = ssh is not None
-            except Exception as exc:  # noqa: BLE001 - the board boots without network, as a real one would
-                print(f"{b.serial}: start_host failed: {exc}", file=sys.stderr, flush=True)
-                self.lines(["[FAILED] Failed to start sshd.service - OpenSSH Daemon."])
+        try:
+            # With the ``unreachable`` fault host.start_host records an address nothing listens on.
+            ssh = await asyncio.to_thread(_start_host, b)
+            self.host_up = ssh is not None
+        except Exception as exc:  # noqa: BLE001 - the board boots without network, as a real one would
+            print(f"{b.serial}: start_host failed: {exc}", file=sys.stderr, flush=True)
+            self.lines(["[FAILED] Failed to start sshd.service - OpenSSH Daemon."])
         if self.seen != key:
             if self.host_up:
                 await asyncio.to_thread(self._stop_host)
@@ -312,13 +312,12 @@ class BoardHardware:
     async def resume(self) -> None:
         """A restarted supervisor found this board booted: bring its network and getty back."""
         b = self.board
-        if not b.has_fault("unreachable"):
-            try:
-                ssh = await asyncio.to_thread(_start_host, b)
-                self.host_up = ssh is not None
-                b.update(ssh=ssh)
-            except Exception as exc:  # noqa: BLE001
-                print(f"{b.serial}: start_host failed: {exc}", file=sys.stderr, flush=True)
+        try:
+            ssh = await asyncio.to_thread(_start_host, b)
+            self.host_up = ssh is not None
+            b.update(ssh=ssh)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{b.serial}: start_host failed: {exc}", file=sys.stderr, flush=True)
         self.mtime = os.stat(b.dir / "board.json").st_mtime_ns
         if not b.has_fault("no-prompt"):
             self.shell.start_getty()

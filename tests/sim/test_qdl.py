@@ -182,3 +182,41 @@ def test_debian_2022_flavour_has_no_version_or_serial(bundle, sim):
     assert res.returncode == 0
     assert "HELLO version:" in res.stderr and '[PROGRAM] flashed "rootfs" successfully at' in res.stderr
     assert vb.reload().state == "booting"
+
+
+def _android_sparse(blk: int = 4096) -> bytes:
+    """RAW(2 blocks 0x11) FILL(3 blocks DEADBEEF) DONT_CARE(1) RAW(1 block 0x22)."""
+    chunks = [struct.pack("<HHII", 0xCAC1, 0, 2, 12 + 2 * blk) + b"\x11" * (2 * blk),
+              struct.pack("<HHII", 0xCAC2, 0, 3, 16) + struct.pack("<I", 0xDEADBEEF),
+              struct.pack("<HHII", 0xCAC3, 0, 1, 12),
+              struct.pack("<HHII", 0xCAC1, 0, 1, 12 + blk) + b"\x22" * blk]
+    head = struct.pack("<IHHHHIIII", 0xED26FF3A, 1, 0, 28, 12, blk, 7, len(chunks), 0)
+    return head + b"".join(chunks)
+
+
+def test_sparse_image_is_expanded_on_the_device(broken, sim):
+    root, tools = sim
+    vb = _board(root)
+    (broken / "cdt.bin").write_bytes(_android_sparse())
+    xml = broken / "rawprogram3.xml"
+    text = xml.read_text()
+    cdt_line = next(line for line in text.splitlines() if 'label="cdt"' in line)
+    xml.write_text(text.replace(cdt_line, cdt_line.replace('sparse="false"', 'sparse="true"')))
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
+    assert res.returncode == 0, res.stderr
+    start = 6
+    assert _read(vb, 3, start, 2 * 4096) == b"\x11" * 8192
+    assert _read(vb, 3, start + 2, 3 * 4096) == struct.pack("<I", 0xDEADBEEF) * 3072
+    assert _read(vb, 3, start + 5, 4096) == b"\0" * 4096              # DONT_CARE: left as it was
+    assert _read(vb, 3, start + 6, 4096) == b"\x22" * 4096
+
+
+def test_reflash_replaces_old_bytes(bundle, broken, sim):
+    root, tools = sim
+    vb = _board(root)
+    assert run(qdl_cmd(tools["qdl"], bundle, "--serial", vb.serial)).returncode == 0
+    (broken / "efi.bin").write_bytes(b"\0" * 4096 + b"\x5a" * 100)
+    vb.set_state("edl")
+    assert run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial)).returncode == 0
+    assert _read(vb, 0, 6, 4096) == b"\0" * 4096                        # old efi bytes are gone
+    assert _read(vb, 0, 7, 4096) == b"\x5a" * 100 + b"\0" * 3996
