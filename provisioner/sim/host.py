@@ -139,14 +139,20 @@ def host_dir(board: VirtualBoard) -> Path:
     return board.dir / "host"
 
 
-def start_host(board: VirtualBoard, *, time_scale: float = 0.1, timeout_s: float = START_TIMEOUT_S) -> tuple[str, int]:
+def start_host(board: VirtualBoard, *, time_scale: float | None = None,
+               timeout_s: float = START_TIMEOUT_S) -> tuple[str, int]:
     """Start sshd for a booted board in its own mount namespace; returns the (host, port) to ssh to.
 
     Idempotent: a running host is left alone. With the ``unreachable`` fault the address is
     allocated and recorded but nothing listens (connection refused), like a board whose network
     never came up. ``time_scale`` makes the runtime stand-ins sleep that fraction of the time the
-    real runtime would take (0 = answer instantly).
+    real runtime would take (0 = answer instantly; default ``$PROVISIONER_SIM_TIME_SCALE`` or 0.1).
     """
+    if time_scale is None:
+        try:
+            time_scale = max(0.0, float(os.environ.get("PROVISIONER_SIM_TIME_SCALE", "0.1")))
+        except ValueError:
+            time_scale = 0.1
     board.reload()
     rootfs = board.rootfs_dir
     if not (rootfs / "etc").is_dir():
@@ -163,7 +169,7 @@ def start_host(board: VirtualBoard, *, time_scale: float = 0.1, timeout_s: float
     apply_faults(board)
     (hd / "facts.json").write_text(json.dumps(_facts(board, time_scale), indent=1), encoding="utf-8")
     _host_key(hd)
-    _write_sshd_config(hd, port, key)
+    _write_sshd_config(hd, port, key, rootfs)
     _add_known_host(board.root, port, (hd / "ssh_host_ed25519_key.pub").read_text().split()[:2])
     if board.has_fault("unreachable"):
         board.update(ssh={"host": SSH_HOST, "port": port})
@@ -271,6 +277,8 @@ def _kill_ns(board: VirtualBoard) -> None:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and _ns_inode(pid) == inode:
             time.sleep(0.05)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)       # reap it if we started it (no zombie left behind)
     if inode:
         for _ in range(50):
             pids = _ns_pids(inode)
@@ -340,15 +348,16 @@ def _host_key(hd: Path) -> None:
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "edge-llm-sim-board", "-f", str(key)])
 
 
-def _write_sshd_config(hd: Path, port: int, key: Path) -> None:
+def _write_sshd_config(hd: Path, port: int, key: Path, rootfs: Path) -> None:
     shutil.copyfile(key.with_suffix(".pub"), hd / "authorized_keys")
+    image_keys = rootfs / "root/.ssh/authorized_keys"     # keys baked into the image work too, as on hardware
     os.chmod(hd / "authorized_keys", 0o600)
     (hd / "sshd_config").write_text("\n".join([
         "# sshd of one edge-llm virtual board (provisioner.sim.host)",
         f"Port {port}",
         f"ListenAddress {SSH_HOST}",
         f"HostKey {hd / 'ssh_host_ed25519_key'}",
-        f"AuthorizedKeysFile {hd / 'authorized_keys'}",
+        f"AuthorizedKeysFile {hd / 'authorized_keys'} {image_keys}",
         "PermitRootLogin prohibit-password",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
@@ -412,11 +421,13 @@ def apply_faults(board: VirtualBoard) -> list[str]:
     hd = host_dir(board)
     hd.mkdir(parents=True, exist_ok=True)
     done_path = hd / "faults-applied.json"
-    try:
-        done = set(json.loads(done_path.read_text()))
-    except (OSError, ValueError):
-        done = set()
     r = board.rootfs_dir
+    ident = _rootfs_identity(r)
+    try:
+        saved = json.loads(done_path.read_text())
+        done = set(saved["faults"]) if saved.get("rootfs") == ident else set()   # a reflash starts clean
+    except (OSError, ValueError, KeyError, TypeError):
+        done = set()
     applied = []
     for fault in board.faults:
         if fault not in STATEFUL_FAULTS or fault in done:
@@ -464,8 +475,17 @@ def apply_faults(board: VirtualBoard) -> list[str]:
                     f.write_text(json.dumps(cfg, indent=2) + "\n")
         applied.append(fault)
         done.add(fault)
-    done_path.write_text(json.dumps(sorted(done)))
+    done_path.write_text(json.dumps({"rootfs": ident, "faults": sorted(done)}))
     return applied
+
+
+def _rootfs_identity(rootfs: Path) -> list[int]:
+    """Changes when the rootfs is extracted anew (a flash), not when files inside it change."""
+    try:
+        st = rootfs.stat()
+        return [st.st_ino, st.st_dev]
+    except OSError:
+        return [0, 0]
 
 
 def _rootfs_path(rootfs: Path, abs_path: str) -> Path:

@@ -370,8 +370,11 @@ def read_genie(view: BoardView, config_path: Path) -> ModelView:
     mv = ModelView(str(base), "genie", total, None, qairt, True, soc_model=dev.get("soc_model"),
                    dsp_arch=dev.get("dsp_arch"), perf_profile=cores[0].get("perf_profile"), model_id=mid,
                    config=cfg, missing=missing)
-    if isinstance(declared, int) and declared > 0 and not missing:
-        mv.declared_size = declared if declared >= total else None
+    if isinstance(declared, int) and declared > 0 and not missing and meta.get("files"):
+        # model.json (written at deploy) declares the size of every file of the bundle
+        present = sum((base / f).stat().st_size for f in meta["files"] if (base / f).is_file())
+        if present < declared:
+            mv.size, mv.declared_size = present, declared
     return mv
 
 

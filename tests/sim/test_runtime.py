@@ -167,3 +167,14 @@ def test_genie_wrong_soc_model_bundle_gives_garbage(root):
         assert json.loads(cfg)["devices"][0]["soc_model"] == 0
     finally:
         host.stop_host(vb)
+
+
+def test_genie_truncated_part_fails_to_load(root):
+    vb = make_board(root, "iq-9075-evk", faults=("truncated-model",))
+    host.start_host(vb)
+    try:
+        out = ssh(vb, genie_cmd(vb))
+        assert out.returncode != 0
+        assert "Failed to create dialog" in out.stderr and "bytes present" in out.stderr
+    finally:
+        host.stop_host(vb)
