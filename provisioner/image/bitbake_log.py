@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _RUNNING = re.compile(r"Running (setscene )?task (\d+) of (\d+) \((.*)\)\s*$")
-_RECIPE = re.compile(r"recipe (\S+): task (\S+): (Started|Succeeded|Failed)\s*$")
 _SSTATE = re.compile(
     r"Sstate summary: Wanted (\d+) Local (\d+) Mirrors (\d+) Missed (\d+) Current (\d+) "
     r"\((\d+)% match, (\d+)% complete\)")
@@ -123,15 +122,17 @@ class BitbakeProgress:
                 self.task, self.task_total = n, total
                 return Event("task", m.group(4))
         elif c == "reci":
-            m = _RECIPE.match(text)
-            if m:
-                pn, task, state = m.groups()
-                key = f"{pn}:{task}"
-                if state == "Started":
-                    self.current[key] = pn
-                    return Event("started", key)
-                self.current.pop(key, None)
-                return Event("finished", key)
+            # "recipe <pn>: task <task>: <State>" - split, not regex: a third of all lines look like this
+            head, sep, state = text.rpartition(": ")
+            if sep and head.startswith("recipe ") and state in ("Started", "Succeeded", "Failed"):
+                pn, sep2, task = head[7:].partition(": task ")
+                if sep2:
+                    key = f"{pn}:{task}"
+                    if state == "Started":
+                        self.current[key] = pn
+                        return Event("started", key)
+                    self.current.pop(key, None)
+                    return Event("finished", key)
         elif c == "Ssta":
             m = _SSTATE.match(text)
             if m:
