@@ -235,11 +235,19 @@ def test_litert_runtime_install(tmp_path, distro_layer):
     for f in layout.LITERT_FILES:
         (s / f).parent.mkdir(parents=True, exist_ok=True)
         (s / f).write_bytes(b"\x7fELF")
+    patches = Path(d.getVar("UNPACKDIR")) / "patches"
+    patches.mkdir(parents=True)
+    files = LAYER / "recipes-ai/litert-lm/files"
+    uris = d.getVar("SRC_URI").split()
+    for p in sorted(files.glob("000*.patch")):
+        assert f"file://{p.name};apply=no;subdir=patches" in uris
+        (patches / p.name).write_bytes(p.read_bytes())
     _run(d, "do_install")
-    dest = Path(d.getVar("D"))
+    dest = Path(d.getVar("D")) / layout.litert_dir().lstrip("/")
     for f in layout.LITERT_FILES:
-        assert (dest / layout.litert_dir().lstrip("/") / f).is_file()
-    assert os.access(dest / layout.litert_dir().lstrip("/") / "bin/litert_lm_main", os.X_OK)
+        assert (dest / f).is_file()
+    assert os.access(dest / "bin/litert_lm_main", os.X_OK)
+    assert sorted(p.name for p in (dest / "patches").iterdir()) == sorted(p.name for p in files.glob("000*.patch"))
 
 
 def test_memlock_files(tmp_path, distro_layer):

@@ -56,6 +56,11 @@ def edge_llm_model_source(d):
     for root, dirs, files in os.walk(unpackdir):
         if name in dirs or name in files:
             return os.path.join(root, name)
+    if d.getVar("EDGE_LLM_MODEL_KIND") == "genie":
+        # a bundle fetched as an archive: the folder that holds genie_config.json
+        for root, dirs, files in os.walk(unpackdir):
+            if "genie_config.json" in files:
+                return root
     bb.fatal("%s: %s not found under %s after unpack" % (d.getVar("PN"), name, unpackdir))
 
 python do_edge_llm_verify() {

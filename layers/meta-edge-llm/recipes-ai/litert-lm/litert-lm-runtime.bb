@@ -21,7 +21,17 @@ LITERT_LM_RUNTIME_SHA256 ??= ""
 
 PV = "0.0+git${LITERT_LM_REV}"
 
-SRC_URI = "${LITERT_LM_RUNTIME_BASE_URI}/${LITERT_LM_TARBALL};name=runtime;subdir=litert-lm-runtime"
+# The patches the tarball is built with (`provisioner litert build` applies these same files); they
+# are shipped next to the runtime so a board says exactly what it runs, and a patch change rebuilds it.
+LITERT_LM_PATCHES = "\
+    0001-litert_util-use-the-dispatch-library-dir-on-Linux.patch \
+    0002-npu-executor-request-HTP-burst-mode-on-Linux.patch \
+    0003-htp_backend-let-QNN-detect-the-SoC-on-aarch64.patch \
+"
+
+SRC_URI = "${LITERT_LM_RUNTIME_BASE_URI}/${LITERT_LM_TARBALL};name=runtime;subdir=litert-lm-runtime \
+           ${@' '.join('file://%s;apply=no;subdir=patches' % p for p in d.getVar('LITERT_LM_PATCHES').split())} \
+"
 SRC_URI[runtime.sha256sum] = "${LITERT_LM_RUNTIME_SHA256}"
 
 S = "${UNPACKDIR}/litert-lm-runtime"
@@ -53,6 +63,10 @@ do_install() {
     install -d ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/bin ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/lib
     install -m 0755 $top/bin/litert_lm_main ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/bin/
     install -m 0644 $top/lib/*.so ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/lib/
+    install -d ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/patches
+    for p in ${LITERT_LM_PATCHES}; do
+        install -m 0644 ${UNPACKDIR}/patches/$p ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/patches/
+    done
 }
 
 INHIBIT_PACKAGE_STRIP = "1"
