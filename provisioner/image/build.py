@@ -162,6 +162,26 @@ def _setting(manifest: Any, host: Mapping[str, Any], key: str) -> Any:
     return host.get(key)
 
 
+def with_host_settings(manifest: Any, host: Mapping[str, Any]) -> Any:
+    """The manifest with cache settings it leaves open filled from the host config.
+
+    Render writes ``BB_HASHSERVE``/``SSTATE_MIRRORS`` into the ``edge-llm-cache`` snippet from
+    the manifest, and kas does not forward ``BB_HASHSERVE`` from the environment, so a hash
+    server known only to this host's config must reach render through the manifest. Those
+    settings are not recipe inputs: sstate signatures do not change.
+    """
+    import dataclasses
+
+    fill = {}
+    for key in ("sstate_mirrors", "hashserve"):
+        if not getattr(manifest.build, key, None) and host.get(key):
+            value = host[key]
+            fill[key] = tuple([value] if isinstance(value, str) else value) if key == "sstate_mirrors" else str(value)
+    if not fill:
+        return manifest
+    return dataclasses.replace(manifest, build=dataclasses.replace(manifest.build, **fill))
+
+
 def resolve_dirs(manifest: Any, host: Mapping[str, Any], env: Mapping[str, str]) -> Dirs:
     """Host folders: manifest, then host config, then ``$XDG_CACHE_HOME/edge-llm`` defaults."""
     cache = Path(env.get("XDG_CACHE_HOME") or Path(env.get("HOME", "~")) / ".cache").expanduser() / "edge-llm"
@@ -326,6 +346,7 @@ def prepare_build(
     """
     env = dict(os.environ if env is None else env)
     host = dict(load_host_config(env=env) if host_config is None else host_config)
+    manifest = with_host_settings(manifest, host)
     out_dir = Path(out_dir).resolve()
     dirs = resolve_dirs(manifest, host, env)
     check_dirs(dirs)

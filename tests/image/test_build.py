@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,24 +28,6 @@ from tests.image.test_release import make_bundle, make_tarball
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "bitbake"
 STANDIN = FIX / "standin_engine.py"
 BUNDLE = "qcom-multimedia-image-iq-8275-evk"
-
-
-def tiny_render(manifest, out_dir: Path):
-    """Stand-in for helper B's render() until it lands: one kas file with the same shape."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    kas = out_dir / "edge-llm.yml"
-    kas.write_text(f"header:\n  version: 14\nmachine: {manifest.board.kas_machine}\n"
-                   "target: qcom-multimedia-image\n")
-    return SimpleNamespace(kas_file=kas, files=[kas], plan=SimpleNamespace(image="qcom-multimedia-image"))
-
-
-@pytest.fixture
-def renderer(monkeypatch):
-    try:
-        from provisioner.image.render import render  # noqa: F401  helper B's, once committed
-        return None
-    except ImportError:
-        return tiny_render
 
 
 @pytest.fixture
@@ -69,9 +52,23 @@ def env(tmp_path, monkeypatch):
     return SimpleNamespace(bindir=bindir, record=record, tarball=tarball, tmp=tmp_path)
 
 
+_MODEL: list[Path] = []
+
+
+def synthetic_model() -> Path:
+    """One real .litertlm (litert-lm-builder via the simulator helpers), made once per test session."""
+    if not _MODEL:
+        import tempfile
+
+        from provisioner.sim.synthetic_models import make_litertlm
+        _MODEL.append(make_litertlm(Path(tempfile.mkdtemp(prefix="edge-llm-test-model-")) / "m.litertlm"))
+    return _MODEL[0]
+
+
 def write_manifest(tmp: Path, build: str = "", engine: str = "docker", board: str = "iq-8275-evk") -> Path:
     model = tmp / "m.litertlm"
-    model.write_bytes(b"LITERTLM" + b"\0" * 64)
+    if not model.exists():
+        shutil.copy(synthetic_model(), model)
     text = f"""manifest: 1
 release: rel-7
 board: {board}
@@ -100,12 +97,12 @@ def pairs(argv: list[str], flag: str) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
 
 
-def do_build(manifest: Path, out: Path, renderer, **kw):
-    return B.build(manifest, out, renderer=renderer, host_config=kw.pop("host_config", {}),
+def do_build(manifest: Path, out: Path, **kw):
+    return B.build(manifest, out, host_config=kw.pop("host_config", {}),
                    reporter=B.Reporter(quiet=True), **kw)
 
 
-def test_build_runs_real_kas_container_and_collects_release(env, renderer, tmp_path):
+def test_build_runs_real_kas_container_and_collects_release(env, tmp_path):
     mirror = tmp_path / "nfs-sstate"
     mirror.mkdir()
     m = write_manifest(tmp_path, f"""  repo_ref_dir: w/ref
@@ -122,7 +119,7 @@ def test_build_runs_real_kas_container_and_collects_release(env, renderer, tmp_p
                     "--allow-empty", "-m", "x"], check=True)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
-    result = do_build(m, tmp_path / "out", renderer)
+    result = do_build(m, tmp_path / "out")
     assert result.ok and result.release_dir == tmp_path / "out" / "rel-7"
 
     [run] = runs(env.record)
@@ -150,19 +147,21 @@ def test_build_runs_real_kas_container_and_collects_release(env, renderer, tmp_p
     assert rel["build"]["tasks"]["total"] == 3452 and rel["build"]["engine"] == "docker"
     assert rel["layers"] == {"meta-qcom": head}
     assert (result.release_dir / "kas" / "edge-llm.lock.yml").is_file()
+    kas_text = (result.release_dir / "kas" / "edge-llm.yml").read_text()    # helper B's render, kept
+    assert 'BB_HASHSERVE = "hashserv.example.lan:8686"' in kas_text and "OEEquivHash" in kas_text
     assert rel["bundle"] == f"flash/{BUNDLE}" and len(rel["artifacts"]) == 17
     log = (result.release_dir / "logs" / "build.log").read_text()
     assert "Tasks Summary: Attempted 3452" in log and "kas-container" in log.splitlines()[1]
 
 
-def test_podman_custom_image_and_dirs_inside_work(env, renderer, tmp_path, monkeypatch):
+def test_podman_custom_image_and_dirs_inside_work(env, tmp_path, monkeypatch):
     m = tmp_path / "manifest.yaml"
     write_manifest(tmp_path, engine="podman")
     text = m.read_text().replace("build_dir: w/build", "build_dir: w/kas/build").replace(
         "dl_dir: w/downloads", "dl_dir: w/kas/downloads") + "  container_image: registry.lan/kas:5.5-qli\n" \
         "  hashserve: 127.0.0.1:8686\n"
     m.write_text(text)
-    do_build(m, tmp_path / "out", renderer)
+    do_build(m, tmp_path / "out")
     [run] = runs(env.record)
     argv = run["argv"]
     assert run["engine"] == "podman"
@@ -176,15 +175,15 @@ def test_podman_custom_image_and_dirs_inside_work(env, renderer, tmp_path, monke
     assert (tmp_path / "out" / "rel-7" / "release.json").is_file()
 
 
-def test_engine_from_environment_overrides_manifest(env, renderer, tmp_path, monkeypatch):
+def test_engine_from_environment_overrides_manifest(env, tmp_path, monkeypatch):
     monkeypatch.setenv("KAS_CONTAINER_ENGINE", "podman")
-    do_build(write_manifest(tmp_path, engine="docker"), tmp_path / "out", renderer)
+    do_build(write_manifest(tmp_path, engine="docker"), tmp_path / "out")
     assert runs(env.record)[0]["engine"] == "podman"
 
 
-def test_dry_run_prints_command_and_runs_nothing(env, renderer, tmp_path, capsys, monkeypatch):
+def test_dry_run_prints_command_and_runs_nothing(env, tmp_path, capsys, monkeypatch):
     m = write_manifest(tmp_path, "  threads: 4\n")
-    plan = do_build(m, tmp_path / "out", renderer, dry_run=True)
+    plan = do_build(m, tmp_path / "out", dry_run=True)
     assert isinstance(plan, B.BuildPlan)
     assert plan.argv[0].endswith("kas-container") and plan.argv[-2] == "build"
     assert plan.env["KAS_CONTAINER_ENGINE"] == "docker" and plan.env["BB_NUMBER_THREADS"] == "4"
@@ -195,28 +194,19 @@ def test_dry_run_prints_command_and_runs_nothing(env, renderer, tmp_path, capsys
     assert "KAS_WORK_DIR=" in line and line.endswith(f"build {plan.kas_file}")
 
 
-def test_cli_dry_run_json(env, tmp_path, capsys, monkeypatch, renderer):
-    if renderer is not None:
-        monkeypatch.setattr(B, "prepare_build", _with_renderer(B.prepare_build, renderer))
+def test_cli_dry_run_json(env, tmp_path, capsys):
     rc = main(["build", str(write_manifest(tmp_path)), "--out", str(tmp_path / "out"), "--dry-run", "--json"])
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     assert data["engine"] == "docker" and data["argv"][-2] == "build" and data["machine"] == "iq-8275-evk"
 
 
-def _with_renderer(fn, renderer):
-    def wrapped(*a, **kw):
-        kw["renderer"] = renderer
-        return fn(*a, **kw)
-    return wrapped
-
-
-def test_failed_task_shows_task_and_log_keeps_full_log(env, renderer, tmp_path, monkeypatch):
+def test_failed_task_shows_task_and_log_keeps_full_log(env, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_OUTPUT", str(FIX / "failure.log"))
     monkeypatch.setenv("STANDIN_RC", "1")
     monkeypatch.delenv("STANDIN_BUNDLE")
     with pytest.raises(BuildError) as exc:
-        do_build(write_manifest(tmp_path), tmp_path / "out", renderer)
+        do_build(write_manifest(tmp_path), tmp_path / "out")
     msg = str(exc.value)
     assert "linux-qcom_6.18.bb:do_compile failed with exit code 1" in msg
     assert "/build/tmp/work/iq_8275_evk-qcom-linux/linux-qcom/6.18/temp/log.do_compile.48213" in msg
@@ -230,27 +220,27 @@ def test_failed_task_shows_task_and_log_keeps_full_log(env, renderer, tmp_path, 
     assert any("qcom_scm_pas_shutdown_retry" in ln for ln in report)
 
 
-def test_no_engine_at_all(env, renderer, tmp_path, monkeypatch):
+def test_no_engine_at_all(env, tmp_path, monkeypatch):
     empty = tmp_path / "emptybin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     m = write_manifest(tmp_path).read_text().replace("  engine: docker\n", "")
     (tmp_path / "manifest.yaml").write_text(m)
     with pytest.raises(BuildError, match="no container engine found"):
-        do_build(tmp_path / "manifest.yaml", tmp_path / "out", renderer)
+        do_build(tmp_path / "manifest.yaml", tmp_path / "out")
 
 
-def test_engine_binary_missing(env, renderer, tmp_path, monkeypatch):
+def test_engine_binary_missing(env, tmp_path, monkeypatch):
     (env.bindir / "podman").unlink()
     monkeypatch.setenv("PATH", str(env.bindir))
     with pytest.raises(BuildError, match="'podman' is not installed"):
-        do_build(write_manifest(tmp_path, engine="podman"), tmp_path / "out", renderer)
+        do_build(write_manifest(tmp_path, engine="podman"), tmp_path / "out")
 
 
-def test_daemon_not_running(env, renderer, tmp_path, monkeypatch):
+def test_daemon_not_running(env, tmp_path, monkeypatch):
     monkeypatch.setenv("STANDIN_DAEMON_DOWN", "1")
     with pytest.raises(BuildError, match="daemon is not usable.*Cannot connect to the Docker daemon"):
-        do_build(write_manifest(tmp_path), tmp_path / "out", renderer)
+        do_build(write_manifest(tmp_path), tmp_path / "out")
     assert runs(env.record) == []
 
 
@@ -259,34 +249,34 @@ def test_daemon_not_running(env, renderer, tmp_path, monkeypatch):
     ({"sstate_dir": "w/downloads/sstate"}, "overlap"),
     ({"work_dir": "w/downloads/kas"}, "DL_DIR=.* contains KAS_WORK_DIR"),
 ])
-def test_overlapping_dirs_refused(env, renderer, tmp_path, dirs, match):
+def test_overlapping_dirs_refused(env, tmp_path, dirs, match):
     m = write_manifest(tmp_path)
     text = m.read_text()
     for k, v in dirs.items():
         text = "\n".join(f"  {k}: {v}" if ln.startswith(f"  {k}:") else ln for ln in text.splitlines()) + "\n"
     m.write_text(text)
     with pytest.raises(BuildError, match=match):
-        do_build(m, tmp_path / "out", renderer)
+        do_build(m, tmp_path / "out")
     assert runs(env.record) == []
 
 
-def test_not_enough_disk(env, renderer, tmp_path):
+def test_not_enough_disk(env, tmp_path):
     with pytest.raises(BuildError, match="GB free"):
-        do_build(write_manifest(tmp_path), tmp_path / "out", renderer, host_config={"min_free_gb": 10 ** 9})
-    plan = B.prepare_build(load_manifest(write_manifest(tmp_path)), tmp_path / "out", renderer=renderer or tiny_render,
+        do_build(write_manifest(tmp_path), tmp_path / "out", host_config={"min_free_gb": 10 ** 9})
+    plan = B.prepare_build(load_manifest(write_manifest(tmp_path)), tmp_path / "out",
                            host_config={"min_free_gb": 0, "warn_free_gb": 10 ** 9}, dry_run=True)
     assert any("cold QLI build wants ~250 GB" in w for w in plan.warnings)
 
 
-def test_root_without_allow_root_refused(env, renderer, tmp_path, monkeypatch):
+def test_root_without_allow_root_refused(env, tmp_path, monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("needs root")
     monkeypatch.delenv("KAS_ALLOW_ROOT")
     with pytest.raises(BuildError, match="running as root"):
-        do_build(write_manifest(tmp_path), tmp_path / "out", renderer)
+        do_build(write_manifest(tmp_path), tmp_path / "out")
 
 
-def test_host_config_file_fills_folders(env, renderer, tmp_path):
+def test_host_config_file_fills_folders(env, tmp_path):
     cfg = tmp_path / "build.yaml"
     cfg.write_text("dl_dir: /srv/dl-cache\nsstate_dir: cache/sstate\nthreads: 3\n")
     host = B.load_host_config(cfg)
@@ -294,23 +284,21 @@ def test_host_config_file_fills_folders(env, renderer, tmp_path):
     manifest = load_manifest(write_manifest(tmp_path))
     dirs = B.resolve_dirs(manifest, host, {"HOME": str(tmp_path)})
     assert dirs.dl == tmp_path / "w" / "downloads"      # the manifest's explicit value wins
+    # a hash server known only to this host still reaches local.conf (kas does not forward BB_HASHSERVE)
+    plan = B.prepare_build(manifest, tmp_path / "out", host_config={"hashserve": "cachehost:8686"}, dry_run=True)
+    assert plan.env["BB_HASHSERVE"] == "cachehost:8686"
+    assert 'BB_HASHSERVE = "cachehost:8686"' in plan.kas_file.read_text()
     cfg.write_text("bogus: 1\n")
     with pytest.raises(BuildError, match="unknown key"):
         B.load_host_config(cfg)
 
 
-def test_ctrl_c_stops_container_and_says_how_to_resume(env, renderer, tmp_path):  # noqa: C901
+def test_ctrl_c_stops_container_and_says_how_to_resume(env, tmp_path):
     """SIGINT to `provisioner build`: bitbake gets SIGINT, exit 130, resume hint, log kept."""
     m = write_manifest(tmp_path)
     out = tmp_path / "out"
-    script = (
-        "import sys; from provisioner.cli import main; from provisioner.image import build as B\n"
-        "from tests.image.test_build import tiny_render\n"
-        "orig = B.prepare_build\n"
-        "B.prepare_build = lambda *a, **k: orig(*a, **{**k, 'renderer': k.get('renderer') or "
-        f"({'tiny_render' if renderer else 'None'})}})\n"
-        f"sys.exit(main(['build', {str(m)!r}, '--out', {str(out)!r}]))\n"
-    )
+    script = ("import sys; from provisioner.cli import main; "
+              f"sys.exit(main(['build', {str(m)!r}, '--out', {str(out)!r}]))")
     penv = dict(os.environ, STANDIN_HOLD="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.Popen([sys.executable, "-c", script], env=penv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
