@@ -318,3 +318,21 @@ def test_ctrl_c_stops_container_and_says_how_to_resume(env, tmp_path):
     assert "Keyboard Interrupt, closing down" in text and "stopped by the user" in text
     assert json.loads(log.with_suffix(".json").read_text())["status"] == "interrupted"
     assert not (out / "rel-7").exists()
+
+
+def test_ssh_dir_and_unix_hashserve_reach_the_container(env, tmp_path):
+    ssh = tmp_path / "ssh"
+    ssh.mkdir()
+    (ssh / "known_hosts").write_text("git.lan ssh-ed25519 AAAA\n")
+    sock_dir = tmp_path / "run" / "hashserv"
+    sock_dir.mkdir(parents=True)
+    m = write_manifest(tmp_path, f"  ssh_dir: {ssh}\n  hashserve: unix://{sock_dir}/hashserve.sock\n")
+    do_build(m, tmp_path / "out")
+    [run] = runs(env.record)
+    vols = pairs(run["argv"], "-v")
+    assert f"{ssh}:/var/kas/userdata/.ssh:ro" in vols                 # kas-container's --ssh-dir mount
+    assert f"{sock_dir}:{sock_dir}:rw" in vols                         # the socket path works inside too
+    assert f"BB_HASHSERVE=unix://{sock_dir}/hashserve.sock" in pairs(run["argv"], "-e")
+    m.write_text(m.read_text().replace(f"  ssh_dir: {ssh}\n", f"  ssh_dir: {tmp_path / 'nossh'}\n"))
+    with pytest.raises(BuildError, match="ssh_dir .* is not a folder"):
+        do_build(m, tmp_path / "out")
