@@ -233,11 +233,24 @@ def _model_plan(m: Model, board: catalog.Board, qairt: tuple[str, ...], *, inspe
     uri += ";name=model;subdir=model"
     if m.kind == "litertlm":
         uri += ";unpack=0"
-    version = layout.model_version_id(m.sha256, f"size{size}" if size else "unpinned")
+    version = layout.model_version_id(m.sha256, _fallback_version(m, size))
     return ModelPlan(name=m.name, kind=m.kind, recipe=model_recipe(m.name), version=version,
                      qairt=catalog.normalize_qairt(facts.qairt), file=m.filename, uri=uri, sha256=m.sha256,
                      size=size, soc_model=facts.soc_model, dsp_arch=facts.dsp_arch, facts_from=facts_from,
                      local_path=local)
+
+
+def _fallback_version(m: Model, size: int | None) -> str:
+    """Version directory name when the manifest gives no sha256 (deterministic, cheap).
+
+    A local bundle folder: digest of its file names and sizes (no 5 GB hash at render time); a file:
+    its size; otherwise "unpinned". bitbake still checksums local files, so content changes rebuild.
+    """
+    if m.path is not None and m.path.is_dir():
+        listing = "".join(f"{p.relative_to(m.path).as_posix()} {p.stat().st_size}\n"
+                          for p in sorted(m.path.rglob("*")) if p.is_file())
+        return "files-" + hashlib.sha256(listing.encode()).hexdigest()[:12]
+    return f"size{size}" if size else "unpinned"
 
 
 def _sidecar_sha256(path: Path) -> str | None:
