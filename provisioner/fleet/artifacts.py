@@ -164,8 +164,10 @@ def deploy_plan(index: dict[str, Any], models: list[dict[str, Any]], board_id: s
         if m["kind"] == "litertlm":   # one file: its size/sha256 are the model's (Genie: per file only)
             meta.update(sha256=m.get("sha256"), size=next(f["size"] for f in m["files"] if f["name"] == m["file"]),
                         file=m["file"])
+        fetch = [{"url": f["url"], "dest": f"{vdir}.partial/{f['name']}", "sha256": f["sha256"], "size": f["size"]}
+                 for f in m["files"]]
         out_models.append({"name": m["name"], "version": m["version"], "qairt": m["qairt"], "runtime": m["runtime"],
-                           "files": m["files"], "dir": layout.model_dir(m["name"]), "version_dir": vdir,
+                           "files": m["files"], "fetch": fetch, "dir": layout.model_dir(m["name"]), "version_dir": vdir,
                            "partial_dir": f"{vdir}.partial", "current": layout.model_current(m["name"]),
                            "previous": f"{layout.model_dir(m['name'])}/{PREVIOUS}", "meta": meta,
                            "size": m["size"]})

@@ -147,8 +147,10 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
         row.reason = _short(outcome.msg)
     elif outcome.status == "failed":
         row.verdict = "fail"
-        row.reason = (verify.get("reason") if verify and not verify.get("ok") else "") or \
-            f"{outcome.failed_task}: {_short(outcome.msg)}"
+        if verify and not verify.get("ok") and (outcome.failed_action or "").endswith("verify"):
+            row.reason = verify.get("reason") or _short(outcome.msg)
+        else:
+            row.reason = f"{outcome.failed_task}: {_short(outcome.msg)}"
     else:
         row.verdict = "pass"
         row.reason = ""

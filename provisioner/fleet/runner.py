@@ -41,6 +41,7 @@ class HostOutcome:
     status: str = "ok"                 # ok | failed | unreachable | skipped (never reached a task)
     msg: str = ""
     failed_task: str | None = None
+    failed_action: str | None = None
     changed: int = 0
     tasks: int = 0
     bytes_downloaded: int = 0
@@ -168,6 +169,7 @@ class EventCollector:
                 o.status = "failed"
                 o.msg = event.get("msg") or event.get("stderr") or "failed"
                 o.failed_task = event.get("task")
+                o.failed_action = event.get("action")
         elif kind == "stats":
             self.stats = event.get("hosts") or {}
             for h, s in self.stats.items():

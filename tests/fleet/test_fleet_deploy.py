@@ -1,0 +1,241 @@
+"""`fleet deploy` / `rollback` against virtual boards of both types, with a real artifact server.
+
+Boards pull from the server (its access log proves what moved), versions land in their own
+directories, `current` switches atomically with `previous` kept, a failed health gate rolls back,
+and a second run on an up-to-date fleet changes nothing and transfers nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from provisioner import catalog, layout
+from provisioner.fleet import artifacts
+from provisioner.fleet.api import run_fleet
+from tests.fleet.artserver import ArtifactServer, sha256_file
+from tests.fleet.simfleet import BoardSpec, build_fleet, can_run
+
+pytestmark = [pytest.mark.root, pytest.mark.slow,
+              pytest.mark.skipif(can_run() is not None, reason=str(can_run()))]
+
+NEW_QAIRT = "2.45.0.260401"
+GEMMA = "gemma-4-e2b"
+NEMO = "nemotron-nano-8b"
+GEMMA_FILE = catalog.models()[GEMMA].file
+
+
+def _qairt_tarball(out: Path, version: str) -> Path:
+    """A QAIRT subset for both boards (stub libs carry the build id like the real ones)."""
+    from provisioner.sim import runtime
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        seen = set()
+        for bid in ("iq-8275-evk", "iq-9075-evk"):
+            for f in layout.qairt_files(catalog.board(bid), version, with_genie=True):
+                rel = f.removeprefix(layout.qairt_dir(version) + "/")
+                if rel in seen:
+                    continue
+                seen.add(rel)
+                if rel.endswith("genie-t2t-run"):
+                    data, mode = runtime.runtime_executable("genie-t2t-run").encode(), 0o755
+                else:
+                    data, mode = runtime.stub_library(Path(rel).name, version), 0o755
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode = len(data), mode
+                tar.addfile(info, io.BytesIO(data))
+        data = f"qairt: {version}\n".encode()
+        info = tarfile.TarInfo("sdk.yaml")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(buf.getvalue())
+    return out
+
+
+def add_gemma(root: Path, **kw) -> str:
+    from provisioner.sim import synthetic_models as sm
+
+    tmp = root / ".tmp-gemma.litertlm"
+    sm.make_litertlm(tmp, **kw)
+    version = sha256_file(tmp)[:16]
+    d = root / "models" / GEMMA / version
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.move(tmp, d / GEMMA_FILE)
+    return version
+
+
+def add_nemotron(root: Path, version: str, qairt: str, **kw) -> str:
+    from provisioner.sim import synthetic_models as sm
+
+    d = root / "models" / NEMO / version
+    sm.make_genie_bundle(d, qairt_full=qairt + "154327", **kw)
+    (d / layout.MODEL_META).write_text(json.dumps({"qairt": qairt, "kind": "genie"}))
+    return version
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fleet-deploy")
+    fleet = build_fleet(base / "sim", [BoardSpec("dep-8275", "iq-8275-evk"), BoardSpec("dep-9075", "iq-9075-evk")],
+                        cache=base / "cache", base_index=100)
+    art = base / "artifacts"
+    _qairt_tarball(art / "qairt" / f"{NEW_QAIRT}.tar.gz", NEW_QAIRT)
+    versions = {GEMMA: add_gemma(art, n_dispatch_ops=3), NEMO: add_nemotron(art, "v2", NEW_QAIRT, part_size=8192)}
+    server = ArtifactServer(art)
+    try:
+        yield fleet, server, art, versions
+    finally:
+        server.close()
+        fleet.stop()
+
+
+def deploy(fleet, index, **kw):
+    ev = {"edge_llm_deploy_index": index, "edge_llm_deploy_serial": "100%", "edge_llm_deploy_max_fail_percentage": 100}
+    return run_fleet("deploy", fleet.inventory, extra_vars=ev, **kw)
+
+
+def current(fleet, board: str, model: str) -> str | None:
+    link = fleet.rootfs(board) / layout.model_current(model).lstrip("/")
+    return os.readlink(link) if link.is_symlink() else None
+
+
+def previous(fleet, board: str, model: str) -> str | None:
+    link = fleet.rootfs(board) / f"{layout.model_dir(model)}/{artifacts.PREVIOUS}".lstrip("/")
+    return os.readlink(link) if link.is_symlink() else None
+
+
+BOARD_MODEL = {"dep-8275": GEMMA, "dep-9075": NEMO}
+
+
+def test_deploy_check_run_then_real_then_idempotent(env):
+    fleet, server, art, versions = env
+    index = artifacts.build_index(art, server.url)
+    before = {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()}
+
+    mark = server.mark()
+    checked = deploy(fleet, index, check=True)
+    assert all(r.verdict == "pass" for r in checked.rows), [r.reason for r in checked.rows]
+    assert all(r.changed > 0 for r in checked.rows)              # check mode reports what would change
+    assert server.since(mark) == []                               # ... and transfers nothing
+    assert {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()} == before
+
+    mark = server.mark()
+    first = deploy(fleet, index)
+    assert all(r.verdict == "pass" for r in first.rows), [r.reason for r in first.rows]
+    hits = server.since(mark)
+    assert {h.path for h in hits} >= {f"/qairt/{NEW_QAIRT}.tar.gz", f"/models/{GEMMA}/{versions[GEMMA]}/{GEMMA_FILE}"}
+    assert all(h.status == 200 for h in hits)
+    assert first.row("dep-8275").bytes_downloaded > 0
+    for b, m in BOARD_MODEL.items():
+        assert current(fleet, b, m) == versions[m]
+        assert previous(fleet, b, m) == before[b]                  # the old version is kept
+        assert (fleet.rootfs(b) / layout.model_version_dir(m, before[b]).lstrip("/")).is_dir()
+    qdir = fleet.rootfs("dep-9075") / layout.qairt_dir(NEW_QAIRT).lstrip("/")
+    assert (qdir / "sdk.yaml").read_text() == f"qairt: {NEW_QAIRT}\n"
+    assert not list((fleet.rootfs("dep-9075") / layout.QAIRT_ROOT.lstrip("/")).glob("*.partial"))
+
+    mark = server.mark()
+    second = deploy(fleet, index)
+    assert all(r.verdict == "pass" and r.changed == 0 and r.bytes_downloaded == 0 for r in second.rows), \
+        [(r.board, r.changed, r.reason) for r in second.rows]
+    assert server.since(mark) == []                               # nothing transferred
+
+
+def test_rollback_swaps_current_and_previous(env):
+    fleet, _server, _art, versions = env
+    old = {b: previous(fleet, b, m) for b, m in BOARD_MODEL.items()}
+    assert all(old.values())
+    rb = run_fleet("rollback", fleet.inventory)
+    assert all(r.verdict == "pass" for r in rb.rows), [r.reason for r in rb.rows]
+    for b, m in BOARD_MODEL.items():
+        assert current(fleet, b, m) == old[b]
+        assert previous(fleet, b, m) == versions[m]                # and the rolled-back one is kept
+
+
+def test_failed_health_gate_rolls_back(env, tmp_path):
+    fleet, server, _, _versions = env
+    before = {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()}
+    bad = tmp_path / "bad"
+    bad_gemma = add_gemma(bad, n_dispatch_ops=4, truncate_to=20000)         # runtime: TF_LITE_PREFILL_DECODE...
+    add_nemotron(bad, "v3-soc0", "2.45.0.260326", soc_model=0)             # loads, then garbage (seed 002)
+    shutil.copytree(bad, server.root / "bad")
+    index = artifacts.build_index(server.root / "bad", server.url + "/bad")
+    res = deploy(fleet, index)
+    for b, m in BOARD_MODEL.items():
+        row = res.row(b)
+        assert row.verdict == "fail"
+        assert "health gate" in row.reason and "rolled back" in row.reason, row.reason
+        assert current(fleet, b, m) == before[b]                   # still the version that worked
+    assert "incoherent" in res.row("dep-9075").reason
+    assert "TF_LITE_PREFILL_DECODE" in res.row("dep-8275").reason or "exit" in res.row("dep-8275").reason
+    assert (fleet.rootfs("dep-8275") / layout.model_version_dir(GEMMA, bad_gemma).lstrip("/")).is_dir()
+
+
+def test_checksum_mismatch_and_disk_full_leave_current_alone(env, tmp_path):
+    fleet, server, _, _versions = env
+    before = {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()}
+    src = tmp_path / "cs"
+    v = add_gemma(src, n_dispatch_ops=5)
+    add_nemotron(src, "v4-huge", "2.45.0.260326", part_size=4096)
+    shutil.copytree(src, server.root / "cs")
+    index = artifacts.build_index(server.root / "cs", server.url + "/cs")
+    gemma, nemo = (next(m for m in index["models"] if m["name"] == n) for n in (GEMMA, NEMO))
+    gemma["files"][0]["sha256"] = "0" * 64                                   # the server's copy is not it
+    nemo["files"][0]["size"] = 1 << 50                                       # far more than the disk holds
+    mark = server.mark()
+    res = deploy(fleet, index)
+    assert res.row("dep-8275").verdict == "fail" and "checksum mismatch" in res.row("dep-8275").reason
+    assert res.row("dep-9075").verdict == "fail" and "disk full" in res.row("dep-9075").reason
+    assert not any(h.path.startswith(f"/cs/models/{NEMO}/") for h in server.since(mark))   # refused up front
+    vdir = fleet.rootfs("dep-8275") / layout.model_version_dir(GEMMA, v).lstrip("/")
+    assert not vdir.exists()
+    assert not list(vdir.parent.glob(f"{v}.partial/*.part"))                 # the bad download is gone
+    assert {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()} == before
+
+
+def test_board_reboot_mid_download_resumes_and_never_switches_to_a_partial(env, tmp_path):
+    from provisioner.sim import host
+
+    fleet, server, _, _versions = env
+    before = current(fleet, "dep-8275", GEMMA)
+    src = tmp_path / "slow"
+    v = add_gemma(src, n_dispatch_ops=6, pad_to=4 << 20)
+    shutil.copytree(src, server.root / "slow")
+    index = artifacts.build_index(server.root / "slow", server.url + "/slow")
+    url_path = f"/slow/models/{GEMMA}/{v}/{GEMMA_FILE}"
+    server.throttle[url_path] = 0.1                                          # 64 KiB per 100 ms
+    part = fleet.rootfs("dep-8275") / f"{layout.model_version_dir(GEMMA, v)}.partial/{GEMMA_FILE}.part".lstrip("/")
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(run=deploy(fleet, index, limit="dep-8275")))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (part.exists() and part.stat().st_size >= 256 << 10):
+        time.sleep(0.05)
+    board = fleet.boards["dep-8275"]
+    host.stop_host(board)                                                    # power cut mid-download
+    worker.join(120)
+    assert result["run"].row("dep-8275").verdict in ("unreachable", "fail")
+    assert current(fleet, "dep-8275", GEMMA) == before                       # never the half-written version
+    assert not (fleet.rootfs("dep-8275") / layout.model_version_dir(GEMMA, v).lstrip("/")).exists()
+    have = part.stat().st_size
+    assert 0 < have < (4 << 20)
+
+    host.start_host(board, time_scale=0)                                     # boots again (same address)
+    server.throttle.clear()
+    mark = server.mark()
+    res = deploy(fleet, index, limit="dep-8275")
+    assert res.row("dep-8275").verdict == "pass", res.row("dep-8275").reason
+    resumed = [h for h in server.since(mark) if h.path == url_path]
+    assert resumed and resumed[0].status == 206 and resumed[0].range == f"bytes={have}-"
+    assert resumed[0].sent == (4 << 20) - have
+    assert current(fleet, "dep-8275", GEMMA) == v
