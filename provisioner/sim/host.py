@@ -27,6 +27,14 @@ of the host stays untouched:
                                    sources, python, service-manager state)
 =================================  ==============================================================
 
+Two limits of the host show through. ``/proc/device-tree`` exists only if the host kernel has a
+device tree (procfs entries cannot be added; on DT kernels it is a symlink into the
+``/sys/firmware/devicetree/base`` served here), so checks should accept either path. And where the
+host withholds CAP_SYS_RESOURCE (containers), RLIMIT_MEMLOCK cannot be raised above the host's
+ceiling: the limit the board would set is then carried in ``EDGE_LLM_SIM_MEMLOCK`` (see
+:mod:`provisioner.sim.limits`) and judged by the runtime stand-ins, while ``ulimit -l unlimited`` in
+a shell fails as it would for a non-root user.
+
 The namespace's first process is an *agent* (``python -m provisioner.sim.host agent ROOT SERIAL``):
 it builds the mounts, starts sshd and the enabled services, reaps orphans (child subreaper),
 restarts nothing behind anyone's back and mirrors ``download_mode``. Mounts die with the
