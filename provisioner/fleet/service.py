@@ -18,7 +18,7 @@ from provisioner.fleet.checks import Expect, serve_config
 SERVE_SCRIPT = Path(__file__).resolve().parents[1] / "board" / "edge_llm_serve.py"
 SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
 DROPIN_NAME = "50-edge-llm-model.conf"
-USER_PLACEHOLDER = "@EDGE_LLM_SERVE_USER@"
+USER_PLACEHOLDER = "@EDGE_LLM_INFERENCE_USER@"
 
 
 def unit_text(user: str = "llm") -> str:
