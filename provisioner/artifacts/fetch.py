@@ -269,25 +269,39 @@ def _copy_file(url: str, part: Path, have: int, h: Any, item: FetchItem, bar: An
     return n, have > 0, h
 
 
-class _HashThread:
-    """Feed sha256 from a second thread so hashing overlaps the download."""
+class _Sink:
+    """Write and hash on a second thread, so the socket is read while the disk and sha256 work.
 
-    def __init__(self, h: Any) -> None:
-        self.h = h
-        self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+    ``write``, ``recv`` and ``sha256`` all release the GIL: with a sink thread they overlap
+    instead of taking turns, which is what keeps up with ``curl``.
+    """
+
+    def __init__(self, fo: Any, h: Any) -> None:
+        self.fo, self.h = fo, h
+        self.error: BaseException | None = None
+        self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=32)
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
 
     def _run(self) -> None:
         while (chunk := self.q.get()) is not None:
-            self.h.update(chunk)
+            if self.error is None:
+                try:
+                    self.fo.write(chunk)
+                    self.h.update(chunk)
+                except BaseException as exc:  # disk full etc.: reported by finish()
+                    self.error = exc
 
-    def update(self, chunk: bytes) -> None:
+    def put(self, chunk: bytes) -> None:
+        if self.error is not None:
+            raise self.error
         self.q.put(chunk)
 
     def finish(self) -> Any:
         self.q.put(None)
         self.t.join()
+        if self.error is not None:
+            raise self.error
         return self.h
 
 
@@ -330,21 +344,29 @@ def _http(url: str, part: Path, have: int, h: Any, item: FetchItem, session: Any
         total = (have + int(length)) if length and length.isdigit() else item.size
         advance = _task(bar, item, total, have)
         n = 0
-        hasher = _HashThread(h)
-        try:
-            with open(part, "ab" if resumed else "wb") as fo:
-                # raw reads of big blocks; hashing runs on its own thread (hashlib drops the GIL), so
-                # network, disk and sha256 overlap instead of taking turns
+        with open(part, "ab" if resumed else "wb") as fo:
+            sink = _Sink(fo, h)
+            lost: BaseException | None = None
+            try:
                 while chunk := resp.raw.read(CHUNK, decode_content=False):
-                    fo.write(chunk)
-                    hasher.update(chunk)
+                    sink.put(chunk)
                     n += len(chunk)
                     advance(len(chunk))
-        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise _SourceFailed(f"{shown}: connection lost after {have + n:,} bytes ({type(exc).__name__}); "
-                                "rerun to resume") from exc
-        finally:
-            h = hasher.finish()
+            except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                if sink.error is not None:
+                    lost = sink.error
+                else:
+                    lost = exc
+            finally:  # always flush what arrived (also on Ctrl-C): the next run resumes after it
+                try:
+                    h = sink.finish()
+                except OSError as exc:
+                    raise FetchError(f"{part}: cannot write: {exc.strerror or exc}",
+                                     "free disk space in the downloads directory and rerun (it resumes)") from exc
+            if lost is not None:
+                why = lost.strerror if isinstance(lost, OSError) and lost.strerror else type(lost).__name__
+                raise _SourceFailed(f"{shown}: connection lost after {have + n:,} bytes ({why}); "
+                                    "rerun to resume") from lost
         if length and length.isdigit() and n != int(length):
             raise _SourceFailed(f"{shown}: connection closed after {have + n:,} of {have + int(length):,} bytes; "
                                 "rerun to resume")
