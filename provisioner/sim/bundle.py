@@ -262,14 +262,18 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
         vdir.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
             shutil.copytree(src, vdir, dirs_exist_ok=True)
-            files = sorted(str(p.relative_to(vdir)) for p in vdir.rglob("*") if p.is_file())
-            size = sum((vdir / f).stat().st_size for f in files)
+            names = sorted(str(p.relative_to(vdir)) for p in vdir.rglob("*") if p.is_file())
         else:
             shutil.copyfile(src, vdir / src.name)   # copyfile keeps sparse files cheap on most FSs
-            files = [src.name]
-            size = src.stat().st_size
-        meta = {"name": m.name, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt, "sha256": sha,
-                "size": size, "version": version, "files": files}
+            names = [src.name]
+        # Same model.json shape the fleet's deploy role writes (provisioner.fleet.artifacts):
+        # per-file name/size/sha256; a .litertlm also carries its own sha256/size/file.
+        meta: dict[str, Any] = {"name": m.name, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt,
+                                "version": version,
+                                "files": [{"name": n, "size": (vdir / n).stat().st_size,
+                                           "sha256": sha if src.is_file() else _sha256(vdir / n)} for n in names]}
+        if src.is_file():
+            meta.update(sha256=sha, size=src.stat().st_size, file=src.name)
         (vdir / layout.MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         cur = tree / layout.model_current(m.name).lstrip("/")
         cur.symlink_to(version)
