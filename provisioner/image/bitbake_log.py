@@ -95,6 +95,8 @@ class BitbakeProgress:
         self.tasks_attempted: int | None = None
         self.tasks_failed: int | None = None
         self.lines = 0
+        self.config: dict[str, str] = {}       # bitbake's "Build Configuration:" block (BB_VERSION, layers...)
+        self._in_config = False
         self._recent: deque[str] = deque(maxlen=context_lines)
 
     # The hot path: most lines are compiler output or task notes; bail out on the first char.
@@ -107,6 +109,14 @@ class BitbakeProgress:
             ev = self._error(line[7:])
         elif line.startswith("Sstate summary") or line.startswith("Setscene tasks"):
             ev = self._note(line)
+        elif self._in_config:
+            key, sep, value = line.partition("=")
+            if sep and key.strip():
+                self.config[key.strip()] = value.strip().strip('"')
+            else:
+                self._in_config = bool(line.strip() == "" and not self.config)
+        elif line == "Build Configuration:":
+            self._in_config = True
         self._recent.append(line)
         return ev
 
@@ -204,6 +214,15 @@ class BitbakeProgress:
             "errors": self.errors[-20:],
             "lines": self.lines,
         }
+
+    def layer_commits(self) -> dict[str, str]:
+        """``{layer: commit}`` from the Build Configuration block (``meta-qcom = "HEAD:ef00..."``)."""
+        out = {}
+        for key, value in self.config.items():
+            branch, sep, commit = value.rpartition(":")
+            if sep and re.fullmatch(r"[0-9a-f]{40}", commit):
+                out[key] = commit
+        return out
 
     def tail(self) -> list[str]:
         return list(self._recent)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shlex
 import shutil
 import signal
@@ -97,6 +98,7 @@ class BuildPlan:
     to_create: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     interrupt_grace_s: float = 120.0
+    container_name: str | None = None
 
     def command_line(self) -> str:
         """The exact invocation, as a shell line a person can copy."""
@@ -424,6 +426,9 @@ def prepare_build(
             net_host = True
     if net_host:
         runtime_args.append("--network=host")
+    # a known name lets an interrupted build stop the container itself if the engine client dies
+    container_name = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"edge-llm-{manifest.release}-{os.getpid()}")
+    runtime_args += ["--name", container_name]
     for h, c, mode in mounts:
         if any(ch.isspace() for ch in h):
             raise BuildError(f"mirror folder '{h}' contains whitespace", "use a path without spaces")
@@ -450,6 +455,7 @@ def prepare_build(
         machine=manifest.board.kas_machine, dirs=dirs, engine=engine, argv=argv, env=kenv, mounts=mounts,
         out_dir=out_dir, log_path=out_dir / "logs" / f"{manifest.release}.build.log", to_create=to_create,
         warnings=warnings, interrupt_grace_s=float(host.get("interrupt_grace_s", 120)),
+        container_name=container_name,
     )
 
 
@@ -464,7 +470,7 @@ def _reachable(host: str, port: int, timeout: float = 2.0) -> bool:
 # -- run --------------------------------------------------------------------------------------
 
 def _stream(argv: list[str], env: Mapping[str, str], on_line: Callable[[str], None], log_path: Path,
-            grace_s: float, reporter: Reporter) -> int:
+            grace_s: float, reporter: Reporter, stop_argv: list[str] | None = None) -> int:
     """Run ``argv`` in its own process group, feeding lines; on Ctrl-C stop it the way bitbake likes.
 
     Unlike :func:`provisioner.process.run_streaming` (SIGTERM, then SIGKILL after 5 s), a build
@@ -513,6 +519,16 @@ def _stream(argv: list[str], env: Mapping[str, str], on_line: Callable[[str], No
                 done = drain(time.monotonic() + grace_s)
             except KeyboardInterrupt:
                 done = False
+            if not done and stop_argv:
+                log.write(f"### provisioner: {' '.join(stop_argv)}\n")
+                try:
+                    subprocess.run(stop_argv, capture_output=True, timeout=30, env=dict(env), stdin=subprocess.DEVNULL)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+                try:
+                    done = drain(time.monotonic() + 10)
+                except KeyboardInterrupt:
+                    done = False
             if not done:
                 _signal_group(pgid, signal.SIGTERM)
                 try:
@@ -584,7 +600,7 @@ def run_build(plan: BuildPlan, *, reporter: Reporter | None = None,
     Raises :class:`BuildError` naming the failed task (log kept) and :class:`BuildInterrupted`
     on Ctrl-C; both leave DL_DIR and SSTATE_DIR usable for the next run.
     """
-    from provisioner.image.release import write_release
+    from provisioner.image.release import layers_from_lock, write_release
 
     reporter = reporter or Reporter()
     full_env = dict(os.environ if env is None else env)
@@ -604,7 +620,8 @@ def run_build(plan: BuildPlan, *, reporter: Reporter | None = None,
     t0 = time.monotonic()
     reporter.step(f"kas-container build ({plan.engine}) -> log {plan.log_path}")
     try:
-        rc = _stream(plan.argv, full_env, on_line, plan.log_path, plan.interrupt_grace_s, reporter)
+        stop = [plan.engine, "stop", "-t", "30", plan.container_name] if plan.container_name else None
+        rc = _stream(plan.argv, full_env, on_line, plan.log_path, plan.interrupt_grace_s, reporter, stop)
     except KeyboardInterrupt:
         view.stop()
         _write_summary(plan, progress, "interrupted", time.monotonic() - t0)
@@ -627,6 +644,10 @@ def run_build(plan: BuildPlan, *, reporter: Reporter | None = None,
     tarball = find_bundle(plan.dirs.build, plan.machine, plan.image)
     lock = write_actual_lock(plan.dirs.work, plan.out_dir / ".kas" / plan.manifest.release, plan.kas_file)
     kas_files = list(plan.kas_files) + ([lock] if lock else [])
+    # layer commits: what kas checked out, else what bitbake reported, else the rendered pins
+    layers = layers_from_lock([plan.kas_file])
+    layers.update(progress.layer_commits())
+    layers.update(layer_commits(plan.dirs.work))
     build_info = {
         "host": socket.gethostname(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -635,11 +656,25 @@ def run_build(plan: BuildPlan, *, reporter: Reporter | None = None,
         "tasks": summary["tasks"],
         "engine": plan.engine,
         "container_image": plan.env.get("KAS_CONTAINER_IMAGE"),
+        "versions": _versions(progress),
     }
     release_dir = write_release(plan.manifest, tarball, plan.out_dir, kas_files=kas_files, build_info=build_info,
-                                log_file=plan.log_path)
+                                log_file=plan.log_path, layers=dict(sorted(layers.items())))
     reporter.info(f"release: {release_dir}")
     return BuildResult(True, release_dir, plan.log_path, duration, summary)
+
+
+def _versions(progress: BitbakeProgress) -> dict[str, str | None]:
+    """Tool and distro versions of this build (provisioner, kas, bitbake, distro) for release.json."""
+    from provisioner import __version__
+
+    try:
+        from kas import __version__ as kas_version
+    except ImportError:  # pragma: no cover - kas is a dependency
+        kas_version = None
+    c = progress.config
+    return {"provisioner": __version__, "kas": kas_version, "bitbake": c.get("BB_VERSION"),
+            "distro": c.get("DISTRO"), "distro_version": c.get("DISTRO_VERSION"), "target_sys": c.get("TARGET_SYS")}
 
 
 def _failure_message(progress: BitbakeProgress, rc: int, log: Path) -> str:

@@ -20,6 +20,10 @@ def test_success_log_progress_and_sstate_summary():
     assert p.sstate.line().startswith("Sstate summary: Wanted 2163 Local 1700")
     assert p.failures == [] and p.current == {}
     assert p.tasks_attempted == 3452 and p.tasks_failed == 0
+    assert p.config["BB_VERSION"] == "2.18.0" and p.config["MACHINE"] == "iq-8275-evk"
+    assert p.layer_commits() == {"meta": "06dd66e6220e5ce4ed4b9af4d8231ae5f0a8ce80",
+                                 "meta-qcom": "ef0004df267743cc89d6a09bc724bc99ff541c01",
+                                 "meta-edge-llm": "0123456789abcdef0123456789abcdef01234567"}
 
 
 def test_failure_log_names_task_exit_code_and_logfile():

@@ -145,7 +145,11 @@ def test_build_runs_real_kas_container_and_collects_release(env, tmp_path):
     assert rel["build"]["sstate"] == {"wanted": 2163, "local": 1700, "mirrors": 300, "missed": 163,
                                       "current": 1289, "match_pct": 92, "complete_pct": 97}
     assert rel["build"]["tasks"]["total"] == 3452 and rel["build"]["engine"] == "docker"
-    assert rel["layers"] == {"meta-qcom": head}
+    assert rel["build"]["versions"]["bitbake"] == "2.18.0" and rel["build"]["versions"]["kas"]
+    assert pairs(argv, "--name")[0].startswith("edge-llm-rel-7-")
+    # the real checkout wins over what bitbake printed; other layers come from bitbake's config block
+    assert rel["layers"]["meta-qcom"] == head
+    assert rel["layers"]["meta-edge-llm"] == "0123456789abcdef0123456789abcdef01234567"
     assert (result.release_dir / "kas" / "edge-llm.lock.yml").is_file()
     kas_text = (result.release_dir / "kas" / "edge-llm.yml").read_text()    # helper B's render, kept
     assert 'BB_HASHSERVE = "hashserv.example.lan:8686"' in kas_text and "OEEquivHash" in kas_text
@@ -336,3 +340,29 @@ def test_ssh_dir_and_unix_hashserve_reach_the_container(env, tmp_path):
     m.write_text(m.read_text().replace(f"  ssh_dir: {ssh}\n", f"  ssh_dir: {tmp_path / 'nossh'}\n"))
     with pytest.raises(BuildError, match="ssh_dir .* is not a folder"):
         do_build(m, tmp_path / "out")
+
+
+def test_ctrl_c_escalates_to_engine_stop_when_bitbake_ignores_sigint(env, tmp_path):
+    """A container that ignores SIGINT is stopped with `<engine> stop <name>` after the grace period."""
+    m = write_manifest(tmp_path)
+    out = tmp_path / "out"
+    cfg = tmp_path / "build.yaml"
+    cfg.write_text("interrupt_grace_s: 1\n")
+    script = ("import sys; from provisioner.cli import main; "
+              f"sys.exit(main(['build', {str(m)!r}, '--out', {str(out)!r}]))")
+    penv = dict(os.environ, STANDIN_HOLD="1", STANDIN_IGNORE_INT="1", PROVISIONER_BUILD_CONFIG=str(cfg),
+                PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=penv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    log = out / "logs" / "rel-7.build.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and "Tasks Summary" in log.read_text()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    rows = [json.loads(ln) for ln in env.record.read_text().splitlines()]
+    kinds = [r["kind"] for r in rows]
+    assert kinds.index("sigint-ignored") < kinds.index("stop") < kinds.index("sigterm")
+    name = pairs(runs(env.record)[0]["argv"], "--name")[0]
+    assert next(r for r in rows if r["kind"] == "stop")["argv"] == ["stop", "-t", "30", name]
