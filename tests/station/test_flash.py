@@ -196,3 +196,31 @@ def test_jobs_limits_parallelism(station, release_8275):
 
     run = flash_release(release_8275, station.config, all_boards=True, jobs=1, listener=listener)
     assert run.ok and max(peak) == 1
+
+
+def test_qdl_timeout_when_the_board_never_shows_up(station, release_8275, tmp_path):
+    """qdl waits forever for a missing device; the driver's own timeout ends it with a clear error."""
+    from provisioner.station.bundle import preflight
+    from provisioner.station.qdl import QdlDriver
+
+    station.add(1)
+    pf = preflight(release_8275)
+    drv = QdlDriver(detect_qdl(station.config.qdl))
+    out = drv.flash(pf.qdl_args(), serial="0FFFFFFF", planned=[], log_path=tmp_path / "q.log", timeout_s=1.5)
+    assert not out.ok and out.timed_out
+    assert out.error == "qdl did not see board 0FFFFFFF in EDL within 1.5 s"
+    assert "none match serial" in (tmp_path / "q.log").read_text()
+
+
+@pytest.mark.parametrize("usage,has_serial", [
+    ("Usage: qdl [--debug] [--serial <NUM>] [--storage <emmc|nand|ufs>] <prog.mbn> [<program> <patch> ...]", True),
+    ("Usage: qdl [--debug] [--storage <emmc|nand|ufs>] [--finalize-provisioning] [--include <PATH>] <prog.mbn>",
+     False),
+])
+def test_qdl_without_version_option(tmp_path, usage, has_serial):
+    """qdl 2.0/2.1 have --serial but no --version; Debian's 2022 qdl has neither."""
+    fake = tmp_path / "qdl"
+    fake.write_text(f"#!/bin/sh\necho \"qdl: unrecognized option '$1'\" >&2\necho '{usage}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    info = detect_qdl(str(fake))
+    assert info.version is None and info.has_serial is has_serial and not info.has_version_option
