@@ -48,12 +48,15 @@ def boot_scale() -> float:
 
 # ---------------------------------------------------------------------------------------------- host (D2)
 def _start_host(board: VirtualBoard) -> dict[str, Any] | None:
-    """Start the board's sshd via helper D2's ``provisioner.sim.host``; None if that is unavailable."""
+    """Start the board's sshd via helper D2's ``provisioner.sim.host``; None if that is unavailable.
+
+    Called from worker threads, so it works on its own handle of the board.
+    """
     try:
         from provisioner.sim.host import start_host
     except ImportError:
         return None
-    host, port = start_host(board)
+    host, port = start_host(VirtualBoard.load(board.root, board.serial))
     return {"host": host, "port": int(port)}
 
 
@@ -170,7 +173,9 @@ class BoardHardware:
         self.mtime = 0
         board.reload()
         self.seen = (board.state, board.data.get("power_seq", 0))
-        board.update(console=self.pty)
+        with board.transaction() as data:
+            data["console"] = self.pty
+            data.setdefault("pids", {})["supervisor"] = os.getpid()
         sup.loop.add_reader(self.master, self.on_input)
         if board.state == "booting":
             self.start_boot()
@@ -222,13 +227,13 @@ class BoardHardware:
     def sync(self) -> None:
         """React to a state change made by any process (qdl reset, CLI, console)."""
         try:
-            st = os.stat(self.board.dir / "board.json").st_mtime_ns
-        except FileNotFoundError:
+            self.board.reload()
+        except SimError:
             return
-        if st == self.mtime:
+        seq = self.board.data.get("seq", 0)
+        if seq == self.mtime:          # nothing written since the last look
             return
-        self.mtime = st
-        self.board.reload()
+        self.mtime = seq
         key = (self.board.state, self.board.data.get("power_seq", 0))
         if key == self.seen:
             return
@@ -249,11 +254,16 @@ class BoardHardware:
             self.start_boot()
 
     def _stop_host(self) -> None:
-        _stop_host(self.board)
+        """Runs in a worker thread: uses its own board handle, never the loop's."""
+        try:
+            b = VirtualBoard.load(self.board.root, self.board.serial)
+        except SimError:
+            return
+        _stop_host(b)
         self.host_up = False
         with contextlib.suppress(SimError):
-            if self.board.reload().data.get("ssh") and self.board.state != "booted":
-                self.board.update(ssh=None)
+            if b.reload().data.get("ssh") and b.state != "booted":
+                b.update(ssh=None)
 
     # ---------------------------------------------------------------- boot
     def start_boot(self) -> None:
@@ -304,7 +314,7 @@ class BoardHardware:
             return
         b.set_state("booted", ssh=ssh)
         self.seen = (b.state, b.data.get("power_seq", 0))
-        self.mtime = os.stat(b.dir / "board.json").st_mtime_ns
+        self.mtime = b.data.get("seq", 0)
         await self._sleep(0.1)
         if not b.has_fault("no-prompt"):
             self.shell.start_getty()
@@ -318,7 +328,7 @@ class BoardHardware:
             b.update(ssh=ssh)
         except Exception as exc:  # noqa: BLE001
             print(f"{b.serial}: start_host failed: {exc}", file=sys.stderr, flush=True)
-        self.mtime = os.stat(b.dir / "board.json").st_mtime_ns
+        self.mtime = b.reload().data.get("seq", 0)
         if not b.has_fault("no-prompt"):
             self.shell.start_getty()
 

@@ -75,3 +75,32 @@ def test_bad_input_is_one_line_and_exit_2(root):
     assert res.stderr.strip().count("\n") == 0 and "unknown fault 'bogus'" in res.stderr
     res = sim("edl", "DEADBEEF", "--root", str(root))
     assert res.returncode == 2 and "no virtual board" in res.stderr
+
+
+def test_boards_survive_a_supervisor_killed_9(root):
+    import serial
+
+    from provisioner.sim import host
+    from provisioner.sim.board import list_boards
+
+    from .simcore import read_until
+
+    res = sim("up", "1", "--board", "iq-8275-evk", "--root", str(root), "--json")
+    assert res.returncode == 0, res.stderr
+    pid = supervisor.running_pid(root)
+    os.kill(pid, signal.SIGKILL)
+    while supervisor.running_pid(root) == pid:
+        time.sleep(0.05)
+    new = supervisor.ensure_running(root)
+    assert new != pid
+    (vb,) = list_boards(root)
+    deadline = time.monotonic() + 20
+    while not (vb.reload().console and vb.data.get("pids", {}).get("supervisor") == new and vb.ssh):
+        assert time.monotonic() < deadline, vb.data
+        time.sleep(0.05)
+    assert vb.state == "booted"
+    with serial.Serial(str(vb.console_link), 115200, timeout=0.2) as ser:
+        ser.write(b"\r")
+        read_until(ser, f"{vb.hostname} login: ".encode())
+    out = run(host.ssh_argv(vb, "cat", "/sys/devices/soc0/machine"), timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == "QCS8275", out.stderr
