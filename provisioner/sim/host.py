@@ -125,6 +125,7 @@ def inventory_hosts(root: str | os.PathLike[str] | None) -> dict[str, dict[str, 
             "ansible_ssh_private_key_file": str(key),
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts(root)} -o StrictHostKeyChecking=yes",
             "ansible_python_interpreter": f"{SIM_DIR}/{runtime.PYTHON_LINK}",
+            "ansible_pipelining": True,
             "board_serial": b.serial, "board_type": b.board_id,
         }
     return out
@@ -434,7 +435,7 @@ def apply_faults(board: VirtualBoard) -> list[str]:
     try:
         saved = json.loads(done_path.read_text())
         done = set(saved["faults"]) if saved.get("rootfs") == ident else set()   # a reflash starts clean
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         done = set()
     applied = []
     for fault in board.faults:
@@ -469,6 +470,8 @@ def apply_faults(board: VirtualBoard) -> list[str]:
         elif fault == "truncated-model":
             mroot = _rootfs_path(r, layout.MODELS_ROOT)
             for f in mroot.glob("*/*/*") if mroot.is_dir() else []:
+                if f.parent.is_symlink():          # `current` points at a version dir already handled
+                    continue
                 if f.is_file() and (f.suffix == ".litertlm" or (f.suffix == ".bin" and "part_1_of" in f.name)):
                     size = f.stat().st_size
                     with open(f, "r+b") as fh:
@@ -476,6 +479,8 @@ def apply_faults(board: VirtualBoard) -> list[str]:
         elif fault == "wrong-soc-model":
             mroot = _rootfs_path(r, layout.MODELS_ROOT)
             for f in mroot.glob("*/*/htp_backend_ext_config.json") if mroot.is_dir() else []:
+                if f.parent.is_symlink():
+                    continue
                 with contextlib.suppress(ValueError, OSError):
                     cfg = json.loads(f.read_text())
                     for dev in cfg.get("devices", []):
@@ -700,10 +705,35 @@ def _os_release(rootfs: Path) -> bytes:
         return b'NAME="Qualcomm Linux"\nID=qcom-distro\n'
 
 
+VOLATILE: dict[str, tuple[Path, Path]] = {}     # overlay name -> (tmpfs upper, board-dir upper) in the agent
+
+
 def _overlay(lower: str, upper: Path, work: Path) -> None:
+    """Overlay ``lower`` with ``upper`` kept in the board dir (so changes can be written back).
+
+    If that file system cannot hold an overlay upper (e.g. it is itself an overlay), the upper
+    lives on the namespace's tmpfs and the agent copies it back when it stops.
+    """
     _rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    _mount("-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={upper},workdir={work}", lower)
+    try:
+        _mount("-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={upper},workdir={work}", lower)
+        return
+    except SimError:
+        _rmtree(work)
+    base = Path(SIM_DIR) / ".ovl" / upper.name
+    vu, vw = base / "upper", base / "work"
+    vw.mkdir(parents=True)
+    _run(["cp", "-a", str(upper), str(vu)])
+    _mount("-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={vu},workdir={vw}", lower)
+    VOLATILE[upper.name] = (vu, upper)
+
+
+def _save_volatile() -> None:
+    for vu, upper in VOLATILE.values():
+        _rmtree(upper)
+        with contextlib.suppress(SimError):
+            _run(["cp", "-a", str(vu), str(upper)])
 
 
 def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
@@ -923,6 +953,7 @@ def agent_main(root: str, serial: str) -> int:
         sshd.terminate()
     with contextlib.suppress(Exception):
         sshd.wait(timeout=3)
+    _save_volatile()
     return 0
 
 

@@ -64,7 +64,7 @@ def runtime_executable(name: str) -> str:
     if name not in RUNTIMES:
         raise ValueError(f"unknown runtime '{name}' (known: {', '.join(RUNTIMES)})")
     return (
-        f"#!{SIM_DIR}/{PYTHON_LINK}\n"
+        f"#!{SIM_DIR}/{PYTHON_LINK} -S\n"
         f"# SIMULATED {name} for edge-llm virtual boards (provisioner.sim.runtime) - not the real runtime.\n"
         "import sys\n"
         f"sys.path.insert(0, '{SIM_DIR}/{SRC_LINK}')\n"
@@ -321,7 +321,7 @@ def read_litertlm(view: BoardView, path: Path) -> ModelView:
     insp = _inspect(path)
     declared = getattr(insp, "declared_size", None) if insp else None
     if declared is None:
-        declared = meta.get("size")
+        declared = declared_sizes(meta).get(path.name) or meta.get("size")
     builds = list(getattr(insp, "qairt_builds", []) or []) if insp else []
     qairt = builds[0] if builds else (_scan_build(path) or meta.get("qairt"))
     npu_only = getattr(insp, "npu_only", None) if insp else None
@@ -370,12 +370,26 @@ def read_genie(view: BoardView, config_path: Path) -> ModelView:
     mv = ModelView(str(base), "genie", total, None, qairt, True, soc_model=dev.get("soc_model"),
                    dsp_arch=dev.get("dsp_arch"), perf_profile=cores[0].get("perf_profile"), model_id=mid,
                    config=cfg, missing=missing)
-    if isinstance(declared, int) and declared > 0 and not missing and meta.get("files"):
+    sizes = declared_sizes(meta)
+    if sizes and not missing:
         # model.json (written at deploy) declares the size of every file of the bundle
-        present = sum((base / f).stat().st_size for f in meta["files"] if (base / f).is_file())
+        present = sum((base / f).stat().st_size for f in sizes if (base / f).is_file())
+        if present < sum(sizes.values()):
+            mv.size, mv.declared_size = present, sum(sizes.values())
+    elif isinstance(declared, int) and declared > 0 and not missing and isinstance(meta.get("files"), list):
+        present = sum((base / f).stat().st_size for f in meta["files"] if isinstance(f, str) and (base / f).is_file())
         if present < declared:
             mv.size, mv.declared_size = present, declared
     return mv
+
+
+def declared_sizes(meta: dict[str, Any]) -> dict[str, int]:
+    """file name -> size from model.json's ``files: [{name, size, sha256}]`` (empty if not given)."""
+    out = {}
+    for f in meta.get("files") or []:
+        if isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("size"), int):
+            out[f["name"]] = f["size"]
+    return out
 
 
 def _normalize(raw: str) -> str:

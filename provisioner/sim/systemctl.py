@@ -886,7 +886,7 @@ def _cmd_list_unit_files(mgr: Manager, patterns: list[str]) -> int:
 def executable_text() -> str:
     """The ``/usr/bin/systemctl`` script a virtual board's namespace carries."""
     return (
-        "#!/run/edge-llm-sim/python3\n"
+        "#!/run/edge-llm-sim/python3 -S\n"
         "# SIMULATED systemctl for edge-llm virtual boards (provisioner.sim.systemctl) - not systemd.\n"
         "import sys\n"
         "sys.path.insert(0, '/run/edge-llm-sim/src')\n"

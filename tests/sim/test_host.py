@@ -106,7 +106,8 @@ def test_systemctl_stand_in_with_real_ansible(root, board, tmp_path):
                   - svc.status.LimitMEMLOCK == 'infinity'
                   - rpc is not changed
     """))
-    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
+               ANSIBLE_PIPELINING="1")
     res = subprocess.run(["ansible-playbook", "-i", str(inv), str(play)], capture_output=True, text=True, env=env,
                          timeout=120)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
