@@ -37,7 +37,7 @@ class LiveProgress:
 
     def __init__(self, console: Console, serials: list[str] | None = None) -> None:
         self.console = console
-        self.rows: dict[str, _Row] = {s: _Row(s) for s in serials or []}
+        self.rows: dict[str, _Row] = {s.upper(): _Row(s.upper()) for s in serials or []}
         self._lock = threading.Lock()
         self.live: Live | None = None
         self.plain = not console.is_terminal

@@ -188,7 +188,7 @@ class Records:
         me = os.getpid()
         host = socket.gethostname()
         stale = [r["id"] for r in rows
-                 if r["pid"] != me and (self._lockfile is not None or r["host"] != host or not _pid_alive(r["pid"]))]
+                 if r["pid"] != me and (self._lockfile is not None or (r["host"] == host and not _pid_alive(r["pid"])))]
         if stale:
             with self._tx() as cur:
                 for aid in stale:
