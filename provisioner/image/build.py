@@ -352,6 +352,11 @@ def prepare_build(
     out_dir = Path(out_dir).resolve()
     dirs = resolve_dirs(manifest, host, env)
     check_dirs(dirs)
+    if manifest.build.dl_dir != dirs.dl:
+        # render/plan look for the LiteRT-LM runtime tarball (and its .sha256) in DL_DIR
+        import dataclasses
+
+        manifest = dataclasses.replace(manifest, build=dataclasses.replace(manifest.build, dl_dir=dirs.dl))
 
     if renderer is None:
         from provisioner.image.render import render as renderer  # helper B's renderer

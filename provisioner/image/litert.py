@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import platform
 import re
@@ -291,7 +292,7 @@ def check_aarch64(path: Path, name: str, env: Mapping[str, str]) -> None:
             raise BuildError(f"{name}: `file` says '{out.strip()}'", "build on an aarch64 host")
 
 
-def write_tarball(files: Mapping[str, Path], dest: Path) -> str:
+def write_tarball(files: Mapping[str, Path | bytes], dest: Path) -> str:
     """Deterministic .tar.gz (sorted, mtime 0, uid/gid 0, fixed modes, gzip mtime 0); returns sha256.
 
     Same inputs -> same bytes, so the sha256 pinned in the recipe only changes when a file does.
@@ -308,8 +309,12 @@ def write_tarball(files: Mapping[str, Path], dest: Path) -> str:
                 tf.addfile(ti)
                 continue
             src = files[entry]
-            ti.size = src.stat().st_size
             ti.mode = 0o755 if entry.startswith("bin/") else 0o644
+            if isinstance(src, bytes):
+                ti.size = len(src)
+                tf.addfile(ti, io.BytesIO(src))
+                continue
+            ti.size = src.stat().st_size
             with open(src, "rb") as f:
                 tf.addfile(ti, f)
     data = buf.getvalue()
@@ -486,9 +491,15 @@ class LitertBuild:
         files["lib/libGemmaModelConstraintProvider.so"] = src / LFS_LIB
         for dest, path in files.items():
             check_aarch64(path, dest, self.env)
+        sums = {k: _sha256(v) for k, v in sorted(files.items())}
+        # provenance inside the tarball (deterministic: no dates or host names)
+        info = {"litert_lm": self._git("rev-parse", "HEAD", cwd=src).stdout.strip(), "qairt": self.o.qairt,
+                "patches": {p.name: _sha256(p) for p in self.patches}, "files": sums}
+        payload: dict[str, Path | bytes] = dict(files)
+        payload["BUILDINFO.json"] = (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
         tar = self.o.out / tarball_name(self.o.rev, self.o.qairt)
-        digest = write_tarball(files, tar)
-        self.result = LitertResult(tar, digest, {k: _sha256(v) for k, v in sorted(files.items())})
+        digest = write_tarball(payload, tar)
+        self.result = LitertResult(tar, digest, sums)
         return f"{tar} sha256 {digest}"
 
 

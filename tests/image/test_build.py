@@ -366,3 +366,18 @@ def test_ctrl_c_escalates_to_engine_stop_when_bitbake_ignores_sigint(env, tmp_pa
     assert kinds.index("sigint-ignored") < kinds.index("stop") < kinds.index("sigterm")
     name = pairs(runs(env.record)[0]["argv"], "--name")[0]
     assert next(r for r in rows if r["kind"] == "stop")["argv"] == ["stop", "-t", "30", name]
+
+
+def test_litert_runtime_in_host_dl_dir_pins_its_sha256(env, tmp_path):
+    """`provisioner litert build` output in DL_DIR (from the host config) -> the recipe gets its sha256."""
+    from provisioner.image import litert
+
+    m = write_manifest(tmp_path)
+    m.write_text(m.read_text().replace("  dl_dir: w/downloads\n", ""))
+    dl = tmp_path / "host-dl"
+    f = tmp_path / "litert_lm_main"
+    f.write_bytes(b"\x7fELF")
+    sha = litert.write_tarball({"bin/litert_lm_main": f}, dl / litert.tarball_name())
+    plan = B.prepare_build(load_manifest(m), tmp_path / "out", host_config={"dl_dir": dl}, dry_run=True)
+    assert plan.env["DL_DIR"] == str(dl)
+    assert f'LITERT_LM_RUNTIME_SHA256 = "{sha}"' in plan.kas_file.read_text()

@@ -191,8 +191,14 @@ def test_full_build_with_layer_patches(lt):
         members = tf.getmembers()
     names = [m.name for m in members]
     assert names == sorted(names)
-    assert set(names) == {"bin", "lib", *("bin/litert_lm_main", "lib/libLiteRtDispatch_Qualcomm.so",
-                                          "lib/libLiteRt.so", "lib/libGemmaModelConstraintProvider.so")}
+    assert set(names) == {"BUILDINFO.json", "bin", "lib", *(
+        "bin/litert_lm_main", "lib/libLiteRtDispatch_Qualcomm.so", "lib/libLiteRt.so",
+        "lib/libGemmaModelConstraintProvider.so")}
+    with tarfile.open(res.tarball) as tf:
+        info = json.loads(tf.extractfile("BUILDINFO.json").read())
+    assert info["litert_lm"] == lt.pinned and info["qairt"] == "2.44.0.260225"
+    assert sorted(info["patches"]) == [p.name for p in L.find_patches(L.PATCH_DIR)]
+    assert info["files"] == res.files
     assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" for m in members)
     # the layout contract: exactly the files the layer installs
     from provisioner.layout import LITERT_FILES
