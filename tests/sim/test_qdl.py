@@ -220,3 +220,22 @@ def test_reflash_replaces_old_bytes(bundle, broken, sim):
     assert run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial)).returncode == 0
     assert _read(vb, 0, 6, 4096) == b"\0" * 4096                        # old efi bytes are gone
     assert _read(vb, 0, 7, 4096) == b"\x5a" * 100 + b"\0" * 3996
+
+
+def test_include_dir_is_searched_first_and_fail_at_naks_a_partition(bundle, tmp_path, sim):
+    root, tools = sim
+    vb = _board(root)
+    xml_only = tmp_path / "xml"
+    xml_only.mkdir()
+    for f in bundle.glob("*.xml"):
+        shutil.copy(f, xml_only / f.name)
+    argv = qdl_cmd(tools["qdl"], xml_only, "--serial", vb.serial, "--include", str(bundle))
+    argv[7] = str(bundle / "prog_firehose_ddr.elf")     # images only in --include, XML elsewhere
+    res = run(argv)
+    assert res.returncode == 0, res.stderr
+    assert _read(vb, 0, 6, 16) == (bundle / "efi.bin").read_bytes()[:16]
+    vb.set_state("edl")
+    env = dict(__import__("os").environ, PROVISIONER_SIM_QDL_FAIL_AT="xbl_a")
+    res = run(qdl_cmd(tools["qdl"], bundle, "--serial", vb.serial), env=env)
+    assert res.returncode == 1 and "flashing of xbl_a failed" in res.stderr
+    assert vb.reload().state == "edl"                    # no reset after a failed flash
