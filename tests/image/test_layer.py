@@ -339,7 +339,8 @@ def test_packagegroup_follows_the_manifest(manifest, expect, tmp_path, distro_la
     deps = set(d.getVar("RDEPENDS:packagegroup-edge-llm").split())
     runtime = {x for x in deps if x.startswith(("qairt-runtime", "litert-lm"))}
     assert runtime == expect
-    assert {"fastrpc", "edge-llm-memlock", "edge-llm-download-mode", "edge-llm-user", "edge-llm-login"} <= deps
+    assert {"fastrpc", "edge-llm-memlock", "edge-llm-download-mode", "edge-llm-user", "edge-llm-login",
+            "edge-llm-serve"} <= deps
 
 
 # --- the model rule at build time: same words as render -------------------------------------------------

@@ -38,8 +38,7 @@ RDEPENDS:${PN} = "\
     edge-llm-download-mode \
     edge-llm-login \
     edge-llm-memlock \
+    edge-llm-serve \
     edge-llm-user \
     fastrpc \
 "
-# The inference service (recipes-ai/edge-llm-serve) when present.
-RRECOMMENDS:${PN} = "edge-llm-serve"
