@@ -117,3 +117,12 @@ def test_generic_soc_model_bundle(tmp_path, cli):
 def test_missing_local_path(tmp_path, cli):
     r = cli("check", genie_manifest(tmp_path))
     assert r.code == 2 and "models[0].path" in r.err and "no such file" in r.err
+
+
+def test_corrupt_download_is_a_located_problem(tmp_path, cli):
+    (tmp_path / "dl").mkdir()
+    (tmp_path / "dl" / GEMMA).write_bytes(b"<html>404 Not Found</html>" + b"\0" * 100)
+    r = cli("check", gemma_manifest(tmp_path))
+    assert r.code == 2
+    line = next(line for line in r.err_lines if line.strip().startswith("models[0].url:"))
+    assert "not a .litertlm file" in line and " -> " in line
