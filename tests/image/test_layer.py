@@ -439,3 +439,28 @@ def test_image_refuses_rootfs_without_enabled_cdsprpcd_or_with_empty_root_passwo
         _run(d, "edge_llm_check_login")
     (rootfs / "etc/shadow").write_text("root:*:19000:0:99999:7:::\n")
     _run(d, "edge_llm_check_login")
+
+
+def test_litertlm_verify_reads_the_build_id_from_the_file(tmp_path, distro_layer, fatal):
+    """Declared 2.44 (render trusted the manifest), file compiled for 2.45: do_edge_llm_verify refuses it."""
+    import bb
+
+    from provisioner.sim.synthetic_models import make_litertlm
+
+    wrong = make_litertlm(tmp_path / "wrong" / "gemma.litertlm", qairt="2.45.0.260326")
+    models = [{"name": "gemma-x", "kind": "litertlm", "qairt": "2.44.0.260225", "path": str(wrong)}]
+    m = load_manifest(write_manifest(tmp_path / "m.yaml", models=models))
+    with pytest.raises(RenderError) as refused:
+        render(m, tmp_path / "refused")  # render inspects the file
+    res = render(m, tmp_path / "out", inspect=False)
+    recipe = next((res.out_dir / "layers" / "meta-edge-llm-release").rglob("*.bb"))
+    d = bbparse.parse_recipe(recipe, _env(tmp_path, distro_layer, res))
+    unpacked = Path(d.getVar("UNPACKDIR")) / "model" / wrong.name
+    unpacked.parent.mkdir(parents=True)
+    unpacked.write_bytes(wrong.read_bytes())
+    with pytest.raises(bb.BBHandledException):
+        _run(d, "do_edge_llm_verify")
+    assert str(refused.value) in fatal.messages
+    right = make_litertlm(tmp_path / "right" / "gemma.litertlm", qairt="2.44.0.260225")
+    unpacked.write_bytes(right.read_bytes())
+    _run(d, "do_edge_llm_verify")

@@ -81,6 +81,13 @@ python do_edge_llm_verify() {
         if want and int(want) != have:
             bb.fatal("%s: %s is %d bytes, expected %s (truncated download?) -> delete it from DL_DIR and "
                      "fetch again" % (d.getVar("PN"), os.path.basename(src), have, want))
+        builds = mc.litertlm_qairt_builds(src)
+        if builds and model.qairt not in builds:
+            model = mc.ModelFacts(name=model.name, kind=model.kind, qairt=builds[0],
+                                  soc_model=model.soc_model, dsp_arch=model.dsp_arch)
+        elif not builds:
+            bb.warn("%s: no QAIRT build id found in %s; trusting EDGE_LLM_MODEL_QAIRT=%s"
+                    % (d.getVar("PN"), os.path.basename(src), model.qairt))
     msg = mc.check_message(model, image)
     if msg:
         bb.fatal(msg)

@@ -124,6 +124,28 @@ def genie_bundle_facts(name: str, bundle_dir: str) -> ModelFacts:
     return ModelFacts(name=name, kind="genie", qairt=qairt, soc_model=soc_model, dsp_arch=dsp_arch)
 
 
+_CTX_BUILD_RE = re.compile(rb"v(\d\.\d{1,2}\.\d{1,2}\.\d{6})")
+
+
+def litertlm_qairt_builds(path: str, chunk: int = 8 << 20) -> list[str]:
+    """QAIRT build ids in a ``.litertlm`` (the ``v2.44.0.260225...`` text of its QNN context binaries).
+
+    A streaming scan with overlap, for the build step (which reads the whole file anyway to hash
+    it); the provisioner's inspector reads only the header and op table instead.
+    """
+    found: set[str] = set()
+    tail = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            data = tail + block
+            found.update(m.group(1).decode() for m in _CTX_BUILD_RE.finditer(data))
+            tail = data[-32:]
+    return sorted(found)
+
+
 def facts_from_vars(getvar) -> tuple[ModelFacts, ImageFacts]:
     """Build both fact sets from bitbake-style variables (``getvar(name) -> str | None``).
 
