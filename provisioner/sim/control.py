@@ -138,12 +138,12 @@ def up(count: int, board_id: str, *, root: str | os.PathLike[str] | None = None,
         if not bundle.name.endswith(b.kas_machine):
             raise SimError(f"{mpath} is for another board than {b.id}", "pass a manifest for this board type")
     created: list[VirtualBoard] = []
-    for _ in range(count):
-        kwargs: dict[str, Any] = {"faults": tuple(faults)}
-        if lun_mib:
-            kwargs["lun_mib"] = lun_mib
-        vb = VirtualBoard.create(root_p, b.id, new_serial(root_p), next_free_slot(root_p), **kwargs)
-        created.append(vb)
+    kwargs: dict[str, Any] = {"faults": tuple(faults)}
+    if lun_mib:
+        kwargs["lun_mib"] = lun_mib
+    with _root_lock(root_p):             # two `sim up` at once must not pick the same serial or slot
+        for _ in range(count):
+            created.append(VirtualBoard.create(root_p, b.id, new_serial(root_p), next_free_slot(root_p), **kwargs))
     supervisor.ensure_running(root_p)
     for vb in created:
         if state == "booted":
@@ -157,6 +157,19 @@ def up(count: int, board_id: str, *, root: str | os.PathLike[str] | None = None,
             supervisor.wait_for_state(vb, "booted", max(1.0, deadline - time.monotonic()))
         inv = write_inventory(root_p, inventory)
     return UpResult(boards=created, inventory=inv, bundle=bundle)
+
+
+@contextlib.contextmanager
+def _root_lock(root: Path):
+    import fcntl
+
+    fd = os.open(root / ".create.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def write_inventory(root: str | os.PathLike[str] | None, path: Path | None = None) -> Path:
