@@ -138,3 +138,27 @@ def test_production_override_refuses_to_drop_other_extra_settings(tmp_path, monk
         validate_with_kas(dbg, work_dir=tmp_path / "work2")  # debug keeps meta-qcom's snippet: fine
     finally:
         git(repo, "reset", "-q", "--hard", "HEAD~1")
+
+
+def test_render_inside_a_git_checkout_points_kas_at_the_right_layer_dirs(tmp_path, monkeypatch, fx):
+    """kas takes the config's git top level as the repo root: layer paths must be relative to it."""
+    top = tmp_path / "checkout"
+    top.mkdir()
+    git(top, "init", "-q")
+    _add_release(monkeypatch, "qli-fixture", fx.release_entry())
+    res = render(_manifest(tmp_path, "qli-fixture"), top / "build" / "render", repo_overrides=_other_repos(fx))
+    cfg = yaml.safe_load((res.out_dir / MAIN_FILE).read_text())
+    assert list(cfg["repos"]["edge-llm"]["layers"]) == ["build/render/layers/meta-edge-llm",
+                                                        "build/render/layers/meta-edge-llm-release"]
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "KAS_WORK_DIR": str(work), "HOME": str(work)}
+    proc = subprocess.run(["kas", "checkout", str(res.kas_file)], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    bblayers = (work / "build" / "conf" / "bblayers.conf").read_text()
+    layer_lines = [ln.strip().rstrip("\\").strip() for ln in bblayers.splitlines() if "meta-edge-llm" in ln]
+    assert len(layer_lines) == 2
+    for line in layer_lines:
+        path = (work / "build" / line.replace("${TOPDIR}/", "")).resolve()
+        assert (path / "conf" / "layer.conf").is_file(), path
