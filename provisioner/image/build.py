@@ -465,11 +465,20 @@ def prepare_build(
 
 
 def _reachable(host: str, port: int, timeout: float = 2.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    """TCP connect within ``timeout`` including name resolution (which ignores socket timeouts)."""
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                ok.append(True)
+        except OSError:
+            ok.append(False)
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout + 0.5)
+    return bool(ok and ok[0])
 
 
 # -- run --------------------------------------------------------------------------------------

@@ -43,7 +43,10 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("KAS_ALLOW_ROOT", "yes")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("KAS_CONTAINER_ENGINE", raising=False)
-    monkeypatch.delenv("PROVISIONER_BUILD_CONFIG", raising=False)
+    # CI disks are small: the free-space floor is tested on its own, not by every build
+    cfg = tmp_path / "host-build.yaml"
+    cfg.write_text("min_free_gb: 0\nwarn_free_gb: 0\n")
+    monkeypatch.setenv("PROVISIONER_BUILD_CONFIG", str(cfg))
     for var in ("http_proxy", "https_proxy", "no_proxy", "SSTATE_MIRRORS", "BB_NUMBER_THREADS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("STANDIN_RECORD", str(record))
@@ -98,7 +101,7 @@ def pairs(argv: list[str], flag: str) -> list[str]:
 
 
 def do_build(manifest: Path, out: Path, **kw):
-    return B.build(manifest, out, host_config=kw.pop("host_config", {}),
+    return B.build(manifest, out, host_config={"min_free_gb": 0, **kw.pop("host_config", {})},
                    reporter=B.Reporter(quiet=True), **kw)
 
 
@@ -289,7 +292,8 @@ def test_host_config_file_fills_folders(env, tmp_path):
     dirs = B.resolve_dirs(manifest, host, {"HOME": str(tmp_path)})
     assert dirs.dl == tmp_path / "w" / "downloads"      # the manifest's explicit value wins
     # a hash server known only to this host still reaches local.conf (kas does not forward BB_HASHSERVE)
-    plan = B.prepare_build(manifest, tmp_path / "out", host_config={"hashserve": "cachehost:8686"}, dry_run=True)
+    plan = B.prepare_build(manifest, tmp_path / "out", host_config={"hashserve": "cachehost:8686", "min_free_gb": 0},
+                           dry_run=True)
     assert plan.env["BB_HASHSERVE"] == "cachehost:8686"
     assert 'BB_HASHSERVE = "cachehost:8686"' in plan.kas_file.read_text()
     cfg.write_text("bogus: 1\n")
@@ -347,7 +351,7 @@ def test_ctrl_c_escalates_to_engine_stop_when_bitbake_ignores_sigint(env, tmp_pa
     m = write_manifest(tmp_path)
     out = tmp_path / "out"
     cfg = tmp_path / "build.yaml"
-    cfg.write_text("interrupt_grace_s: 1\n")
+    cfg.write_text("interrupt_grace_s: 1\nmin_free_gb: 0\n")
     script = ("import sys; from provisioner.cli import main; "
               f"sys.exit(main(['build', {str(m)!r}, '--out', {str(out)!r}]))")
     penv = dict(os.environ, STANDIN_HOLD="1", STANDIN_IGNORE_INT="1", PROVISIONER_BUILD_CONFIG=str(cfg),
@@ -378,6 +382,7 @@ def test_litert_runtime_in_host_dl_dir_pins_its_sha256(env, tmp_path):
     f = tmp_path / "litert_lm_main"
     f.write_bytes(b"\x7fELF")
     sha = litert.write_tarball({"bin/litert_lm_main": f}, dl / litert.tarball_name())
-    plan = B.prepare_build(load_manifest(m), tmp_path / "out", host_config={"dl_dir": dl}, dry_run=True)
+    plan = B.prepare_build(load_manifest(m), tmp_path / "out", host_config={"dl_dir": dl, "min_free_gb": 0},
+                           dry_run=True)
     assert plan.env["DL_DIR"] == str(dl)
     assert f'LITERT_LM_RUNTIME_SHA256 = "{sha}"' in plan.kas_file.read_text()
