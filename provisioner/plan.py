@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 import zipfile
 from dataclasses import dataclass, field
@@ -346,6 +347,9 @@ def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspe
                             "at the same path")
 
     img = manifest.image
+    if not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", img.inference_user):
+        raise RenderError(f"inference_user {img.inference_user!r} is not a valid Linux user name",
+                          "use lowercase letters, digits, '_' or '-' (e.g. llm)")
     for k in img.ssh_authorized_keys:
         if any(c in k for c in "\"'\\") or "${" in k:
             raise RenderError("an ssh_authorized_keys entry contains quotes, backslashes or '${'",

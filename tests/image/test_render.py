@@ -257,3 +257,9 @@ def test_cli_render_text_json_and_errors(tmp_path, capsys):
     rc = main(["render", str(mf), "--out", str(tmp_path / "p"), "--include", "ci/linux-qcom-6.18.yml"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "linux-qcom-6.18.yml does not exist" in err
+
+
+def test_bad_inference_user_refused(tmp_path):
+    m = load_manifest(write_manifest(tmp_path / "m.yaml", image={"variant": "debug", "inference_user": "llm user"}))
+    with pytest.raises(RenderError, match="not a valid Linux user name"):
+        make_plan(m)
