@@ -163,7 +163,8 @@ class BitbakeProgress:
         if text.startswith("Task ("):
             m = _TASK_FAILED.match(text)
             if m:
-                f = Failure(task=_short_task(m.group(1)), exit_code=m.group(2), context=list(self._recent))
+                f = Failure(task=_short_task(m.group(1)), exit_code=m.group(2),
+                            context=[*self._recent, "ERROR: " + text])
                 # the logfile line comes just before the Task line; attach it if seen
                 for prev in reversed(self._recent):
                     lm = _LOGFILE.search(prev)

@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import yaml
+from rich.markup import escape
 
 from provisioner.errors import BuildError
 from provisioner.image.bitbake_log import BitbakeProgress
@@ -576,6 +577,7 @@ class ProgressView:
         self.interval_s = interval_s
         self._last = 0.0
         self._last_pct = -1
+        self._phase = ""
         self._bar = None
         if not reporter.quiet and reporter.console.is_terminal:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -589,18 +591,18 @@ class ProgressView:
     def update(self, progress: BitbakeProgress, kind: str) -> None:
         if self.reporter.quiet:
             return
-        if kind in ("failure", "sstate"):
-            self.reporter.info(f"[red]{progress.failures[-1].task} failed[/]" if kind == "failure"
-                               else progress.sstate.line() if progress.sstate else "")
+        if kind == "failure":
+            self.reporter.info(f"[red]{escape(progress.failures[-1].task)} failed[/]")
+        phase = "tasks" if progress.task_total else "setscene" if progress.setscene_total else "build"
         if self._bar is not None:
-            phase = "tasks" if progress.task_total else "setscene" if progress.setscene_total else "build"
-            self._bar.update(self._task, completed=progress.fraction, description=progress.status(), phase=phase)
+            self._bar.update(self._task, completed=progress.fraction, description=escape(progress.status()),
+                             phase=phase)
             return
         now = time.monotonic()
         pct = int(progress.fraction * 100)
-        if now - self._last >= self.interval_s or pct >= self._last_pct + 10:
-            self._last, self._last_pct = now, pct
-            self.reporter.info(progress.status())
+        if phase != self._phase or now - self._last >= self.interval_s or pct >= self._last_pct + 10:
+            self._last, self._last_pct, self._phase = now, pct, phase
+            self.reporter.info(escape(progress.status()))
 
     def stop(self) -> None:
         if self._bar is not None:
@@ -650,9 +652,10 @@ def run_build(plan: BuildPlan, *, reporter: Reporter | None = None,
     duration = time.monotonic() - t0
     summary = _write_summary(plan, progress, "ok" if rc == 0 else "failed", duration)
     if progress.sstate:
-        reporter.info(progress.sstate.line())
+        reporter.info(escape(progress.sstate.line()))
     if rc != 0:
-        raise BuildError(_failure_message(progress, rc, plan.log_path), f"fix it and rerun; full log: {plan.log_path}")
+        raise BuildError(_failure_message(progress, rc, plan.log_path, plan.dirs),
+                         f"fix it and rerun; full log: {plan.log_path}")
 
     reporter.step("collecting the release")
     tarball = find_bundle(plan.dirs.build, plan.machine, plan.image)
@@ -691,11 +694,20 @@ def _versions(progress: BitbakeProgress) -> dict[str, str | None]:
             "distro": c.get("DISTRO"), "distro_version": c.get("DISTRO_VERSION"), "target_sys": c.get("TARGET_SYS")}
 
 
-def _failure_message(progress: BitbakeProgress, rc: int, log: Path) -> str:
+def host_path(container_path: str, dirs: Dirs) -> str:
+    """A path bitbake printed inside the container (``/build/tmp/...``) as the same file on the host."""
+    mapping = [("/build", dirs.build), ("/downloads", dirs.dl), ("/sstate", dirs.sstate), ("/work", dirs.work)]
+    for prefix, host in mapping:
+        if container_path == prefix or container_path.startswith(prefix + "/"):
+            return str(host) + container_path[len(prefix):]
+    return container_path
+
+
+def _failure_message(progress: BitbakeProgress, rc: int, log: Path, dirs: Dirs | None = None) -> str:
     if progress.failures:
         f = progress.failures[0]
         more = f" (+{len(progress.failures) - 1} more)" if len(progress.failures) > 1 else ""
-        where = f"; task log: {f.logfile}" if f.logfile else ""
+        where = f"; task log: {host_path(f.logfile, dirs) if dirs else f.logfile}" if f.logfile else ""
         return f"bitbake task {f.task} failed with exit code {f.exit_code}{more}{where}"
     last = next((e for e in reversed(progress.errors)), None) or next(
         (ln for ln in reversed(progress.tail()) if ln.strip()), "no output")
@@ -791,7 +803,7 @@ def build(manifest_path: Path, out_dir: Path, *, dry_run: bool = False, reporter
     except BuildError as err:
         if not isinstance(err, BuildInterrupted) and plan.log_path.exists():
             for line in failure_report(plan.log_path):
-                reporter.info(line)
+                reporter.info(escape(line))
         raise
 
 
