@@ -162,3 +162,15 @@ def test_render_inside_a_git_checkout_points_kas_at_the_right_layer_dirs(tmp_pat
     for line in layer_lines:
         path = (work / "build" / line.replace("${TOPDIR}/", "")).resolve()
         assert (path / "conf" / "layer.conf").is_file(), path
+
+
+def test_cli_validate_flag(tmp_path, fx, capsys):
+    from provisioner.cli import main
+
+    mf = write_manifest(tmp_path / "m.yaml")
+    args = ["render", str(mf), "--out", str(tmp_path / "o"), "--validate", "--kas-work-dir", str(tmp_path / "w")]
+    for name, o in fx.overrides(("bitbake", "meta-qcom", "oe-core", "meta-lts-mixins", "meta-qcom-distro",
+                                 "meta-openembedded")).items():
+        args += ["--repo-override", f"{name}={o['url']}@{o['commit']}"]
+    assert main(args) == 0
+    assert "kas dump: every include and pin resolves" in capsys.readouterr().out
