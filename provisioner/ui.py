@@ -7,6 +7,7 @@ rehearsal and tests can reuse every stage and choose how to show it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -14,8 +15,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def _width(stream) -> int | None:
+    """Wide tables in logs and pipes: rich assumes 80 columns when not on a terminal."""
+    return None if stream.isatty() or os.environ.get("COLUMNS") else 160
+
+
+stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 class Reporter:

@@ -1,0 +1,515 @@
+"""The main job end to end on virtual boards: ``provisioner rehearse``.
+
+A newcomer (or a release engineer before touching a rack) sees the whole product work in
+minutes: manifest in, verified boards running inference out. Every stage is the production
+code path - the same functions ``check``, ``render``, ``build --dry-run``, ``station flash``,
+``console`` and ``fleet`` call - and only the boards, their EDL USB side and the NPU runtimes are
+simulated (:mod:`provisioner.sim`). This module is one of the three places allowed to import
+the simulator (with tests and ``provisioner sim``).
+
+One *lane* per manifest (board type): the built-in rehearsal runs the two reference deployments,
+Gemma-4 E2B on IQ-8275 and Nemotron Nano (Genie) on IQ-9075, side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from provisioner import catalog
+from provisioner.errors import UserError
+from provisioner.manifest import Manifest, load_manifest
+from provisioner.steps import Step, StepResult, StepRunner
+from provisioner.ui import Reporter
+
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+BUILTIN_EXAMPLES = ("gemma4-e2b-iq8275.yaml", "nemotron-nano-iq9075.yaml")
+# Faults that only make sense for one runtime: burst mode and the SoC guard are LiteRT-LM patches,
+# soc_model lives in a Genie bundle's HTP config.
+FAULT_RUNTIME = {"no-burst": "litert_lm", "soc-config-14001": "litert_lm", "wrong-soc-model": "genie"}
+CONSOLE_PASSWORD_ENV = "PROVISIONER_REHEARSAL_CONSOLE_PASSWORD"
+SERVE_PORT_BASE = 18080   # boards share the host network in the simulator: one port block per board
+
+
+class RehearsalError(UserError):
+    """A rehearsal stage failed."""
+
+
+@dataclass
+class RehearsalOptions:
+    manifests: tuple[Path, ...] = ()
+    boards: int = 4
+    faults: tuple[str, ...] = ()
+    keep: bool = False
+    work_dir: Path | None = None
+    sim_root: Path | None = None
+    prompt: str = "Explain in one sentence what an NPU is."
+
+
+@dataclass
+class Lane:
+    """One manifest and the virtual boards that receive its release."""
+
+    source: Path
+    manifest: Manifest
+    count: int
+    faults: list[str] = field(default_factory=list)
+    synthetic_models: list[str] = field(default_factory=list)
+    model_files: dict[str, Path] = field(default_factory=dict)
+    release_dir: Path | None = None
+    serials: list[str] = field(default_factory=list)
+    build_command: str = ""
+
+    @property
+    def board(self) -> catalog.Board:
+        return self.manifest.board
+
+
+@dataclass
+class RehearsalReport:
+    steps: list[StepResult]
+    lanes: list[dict[str, Any]]
+    boards: list[dict[str, Any]]
+    ok: bool
+    work_dir: str
+    kept: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "work_dir": self.work_dir, "boards_kept": self.kept,
+                "steps": [s.as_dict() for s in self.steps], "lanes": self.lanes, "boards": self.boards}
+
+
+def split_boards(total: int, lanes: int) -> list[int]:
+    """Spread ``total`` boards over ``lanes`` as evenly as possible (4 over 2 -> [2, 2])."""
+    if total < lanes:
+        raise RehearsalError(f"--boards {total} is fewer than the {lanes} board types being rehearsed",
+                             f"use --boards {lanes} or more, or pass one manifest")
+    base, extra = divmod(total, lanes)
+    return [base + (1 if i < extra else 0) for i in range(lanes)]
+
+
+def assign_faults(faults: tuple[str, ...], lanes: list[Lane]) -> None:
+    """Give each injected fault to one board of a lane whose runtime it applies to."""
+    from provisioner.sim.board import FAULTS
+
+    for f in faults:
+        if f not in FAULTS:
+            raise RehearsalError(f"unknown fault '{f}'", f"use one of: {', '.join(FAULTS)}")
+        want = FAULT_RUNTIME.get(f)
+        lane = next((ln for ln in lanes if want is None or want in ln.manifest.runtimes), None)
+        if lane is None:
+            raise RehearsalError(f"fault '{f}' needs a board running {want}, and no manifest has one",
+                                 "rehearse a manifest with that runtime")
+        lane.faults.append(f)
+
+
+class Rehearsal:
+    """The rehearsal as named steps over shared state (the lanes, the sim root, the work dir)."""
+
+    def __init__(self, options: RehearsalOptions, reporter: Reporter | None = None) -> None:
+        self.o = options
+        self.r = reporter or Reporter()
+        self.work = Path(options.work_dir or Path.cwd() / "rehearsal").resolve()
+        self.sim_root = Path(options.sim_root or self.work / "sim").resolve()
+        self.lanes: list[Lane] = []
+        self.inventory = self.work / "inventory.yml"
+        self.station_db = self.work / "station.db"
+        self.fleet_reports: dict[str, Any] = {}
+        self.failed_boards: dict[str, str] = {}
+        self.completions: dict[str, dict[str, Any]] = {}
+        self.boards_info: dict[str, dict[str, Any]] = {}
+
+    # ------------------------------------------------------------------ plan of the run
+    def steps(self) -> list[Step]:
+        sim = "virtual EVKs (provisioner.sim)"
+        return [
+            Step("check", self.step_check, what="manifest validation + model inspection (real .litertlm/Genie files)"),
+            Step("render", self.step_render, what="kas config + meta-edge-llm layer, validated with kas's schema"),
+            Step("build plan", self.step_build_plan, what="kas-container command (dry run; no 250 GB build)"),
+            Step("release", self.step_release, simulated=True,
+                 what="release directory around a synthetic qcomflash bundle (real XML, ext4 rootfs)"),
+            Step("boards up", self.step_boards_up, cleanup=self.cleanup_boards, simulated=True,
+                 what=f"{sim}: sshd in mount namespaces, pty consoles, fake USB"),
+            Step("enter EDL", self.step_enter_edl, simulated=True,
+                 what="station console driver (pyserial) runs `reboot edl` on each board"),
+            Step("flash", self.step_flash, simulated=True,
+                 what="station preflight + parallel flashing with the qdl stand-in, records in SQLite"),
+            Step("boot check", self.step_boot_check, simulated=True,
+                 what="console identity after flashing: soc0 machine and BUILD_ID"),
+            Step("fleet verify", self.step_verify, simulated=True,
+                 what="ansible-playbook verify.yml over real SSH; NPU runtime simulated"),
+            Step("fleet launch", self.step_launch, simulated=True,
+                 what="ansible-playbook launch.yml: edge-llm-serve@<model> per board"),
+            Step("completion", self.step_completion, simulated=True,
+                 what="one HTTP POST /v1/completions per board through its service"),
+        ]
+
+    def run(self, on_event: Callable[[str, Step, StepResult | None], None] | None = None) -> RehearsalReport:
+        self.work.mkdir(parents=True, exist_ok=True)
+        runner = StepRunner(on_event=on_event)
+        results = runner.run(self.steps())
+        ok = runner.ok and len(results) == len(self.steps()) and not self.failed_boards
+        report = RehearsalReport(steps=results, lanes=[self._lane_dict(ln) for ln in self.lanes],
+                                 boards=self._board_rows(), ok=ok, work_dir=str(self.work), kept=self.o.keep)
+        (self.work / "rehearsal.json").write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n",
+                                                  encoding="utf-8")
+        return report
+
+    # ------------------------------------------------------------------ steps
+    def step_check(self) -> str:
+        from provisioner.check import run_check
+
+        sources = list(self.o.manifests) or [EXAMPLES_DIR / name for name in BUILTIN_EXAMPLES]
+        for src in sources:
+            if not Path(src).is_file():
+                raise RehearsalError(f"{src}: no such manifest", "pass a manifest file or run without arguments")
+        counts = split_boards(self.o.boards, len(sources))
+        for src, count in zip(sources, counts, strict=True):
+            manifest = self._rehearsal_manifest(Path(src))
+            self.lanes.append(Lane(source=Path(src), manifest=manifest, count=count,
+                                   synthetic_models=[m.name for m in manifest.models
+                                                     if m.name in self._synthetic_names],
+                                   model_files={m.name: m.path for m in manifest.models if m.path}))
+        assign_faults(self.o.faults, self.lanes)
+        lines = []
+        for lane in self.lanes:
+            res = run_check(lane.manifest)
+            if res.problems:
+                raise RehearsalError(f"{lane.source.name}: " + "; ".join(str(p) for p in res.problems))
+            builds = sorted({b for mc in res.models if mc.inspection for b in mc.inspection.qairt_builds})
+            lines.append(f"{lane.manifest.release}: {lane.board.id}, QAIRT {', '.join(builds) or '?'} read from "
+                         f"the model{'s' if len(res.models) > 1 else ''}")
+        return "; ".join(lines)
+
+    _synthetic_names: set[str] = set()
+
+    def _rehearsal_manifest(self, src: Path) -> Manifest:
+        """The manifest as given, with model files made where only a URL is known.
+
+        Models with a local file are used as they are; downloadable ones are replaced by small
+        real-format stand-ins (same name, QAIRT and target SoC), and the rehearsal's controller key
+        is added to the image's authorized keys, as an ops team's key would be.
+        """
+        from provisioner.sim import synthetic_models
+        from provisioner.sim.host import controller_key
+
+        original = load_manifest(src)  # validate the user's file first, with its own locations
+        data = yaml.safe_load(src.read_text(encoding="utf-8"))
+        lane_dir = self.work / "lanes" / original.release
+        lane_dir.mkdir(parents=True, exist_ok=True)
+        board = original.board
+        for raw, model in zip(data["models"], original.models, strict=True):
+            if model.path is not None and model.path.exists():
+                raw["path"] = str(model.path)
+                continue
+            if model.kind == "litertlm":
+                target = lane_dir / model.filename
+                if not target.exists():
+                    synthetic_models.make_litertlm(target, model.qairt)
+            else:
+                target = lane_dir / f"{model.name}-genie-{board.soc.lower()}"
+                if not target.exists():
+                    tmp = lane_dir / f".{target.name}.tmp"
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    synthetic_models.make_genie_bundle(tmp, soc_model=board.qnn_soc_model,
+                                                       dsp_arch=board.hexagon_arch,
+                                                       qairt_full=f"{model.qairt}000000")
+                    os.replace(tmp, target)
+            raw.pop("url", None)
+            raw.pop("sha256", None)
+            raw.pop("size", None)
+            raw["path"] = str(target)
+            self._synthetic_names = self._synthetic_names | {model.name}
+        image = data.setdefault("image", {}) or {}
+        pub = Path(str(controller_key(self.sim_root)) + ".pub").read_text(encoding="utf-8").strip()
+        keys = [k for k in image.get("ssh_authorized_keys", []) or [] if "Example" not in k]
+        image["ssh_authorized_keys"] = keys + [pub]
+        if image.get("root_login") == "disabled":
+            image["root_login"] = "keys-only"
+        data["image"] = image
+        build = data.setdefault("build", {}) or {}
+        for key in ("work_dir", "build_dir", "dl_dir", "sstate_dir", "repo_ref_dir", "ssh_dir"):
+            build.pop(key, None)
+        build.update({"work_dir": str(self.work / "kas-work"), "dl_dir": str(self.work / "downloads"),
+                      "sstate_dir": str(self.work / "sstate")})
+        data["build"] = build
+        out = lane_dir / "manifest.yaml"
+        out.write_text("# rehearsal copy of " + str(src) + "\n" + yaml.safe_dump(data, sort_keys=False),
+                       encoding="utf-8")
+        return load_manifest(out)
+
+    def step_render(self) -> str:
+        from provisioner.image.render import render
+
+        out = []
+        for lane in self.lanes:
+            result = render(lane.manifest, self.work / "render" / lane.manifest.release)
+            validate_kas_schema(result.kas_files)
+            out.append(f"{lane.board.kas_machine}: {result.kas_file.name} + {len(result.layer_files)} layer files")
+        return "; ".join(out)
+
+    def step_build_plan(self) -> str:
+        from provisioner.image.build import build
+
+        for lane in self.lanes:
+            plan = build(lane.manifest.path, self.work / "releases", dry_run=True,
+                         reporter=Reporter(quiet=True), host_config={"engine": "docker"},
+                         env={**os.environ, "KAS_CONTAINER_ENGINE": os.environ.get("KAS_CONTAINER_ENGINE", "docker")})
+            lane.build_command = plan.command_line()
+        return f"{len(self.lanes)} kas-container command(s) planned (see rehearsal.json)"
+
+    def step_release(self) -> str:
+        from provisioner.image.release import write_release
+        from provisioner.sim.bundle import make_bundle
+
+        out = []
+        for lane in self.lanes:
+            bundle = make_bundle(lane.manifest, self.work / "bundles" / lane.manifest.release,
+                                 model_files=lane.model_files)
+            kas_dir = self.work / "render" / lane.manifest.release
+            lane.release_dir = write_release(lane.manifest, bundle, self.work / "releases",
+                                             kas_files=sorted(kas_dir.glob("*.yml")), simulated=True,
+                                             build_info={"host": "rehearsal", "duration_s": 0, "sstate": None})
+            out.append(f"{lane.release_dir.name}")
+        return "release dirs: " + ", ".join(out)
+
+    def step_boards_up(self) -> str:
+        from provisioner.sim import control
+
+        for lane in self.lanes:
+            healthy = lane.count - len(lane.faults)
+            groups: list[tuple[int, tuple[str, ...]]] = [(1, (f,)) for f in lane.faults]
+            if healthy > 0:
+                groups.insert(0, (healthy, ()))
+            elif healthy < 0:
+                raise RehearsalError(f"{len(lane.faults)} faults for {lane.count} {lane.board.id} board(s)",
+                                     "raise --boards so every fault gets its own board")
+            for count, faults in groups:
+                res = control.up(count, lane.board.id, root=self.sim_root, faults=faults, state="booted")
+                for vb in res.boards:
+                    lane.serials.append(vb.serial)
+                    self.boards_info[vb.serial] = {"serial": vb.serial, "board": lane.board.id,
+                                                   "slot": vb.slot, "faults": list(faults),
+                                                   "release": lane.manifest.release}
+        total = sum(len(ln.serials) for ln in self.lanes)
+        return f"{total} boards booted with a factory image, consoles on ptys"
+
+    def cleanup_boards(self) -> None:
+        from provisioner.sim import control
+
+        if self.o.keep:
+            self.r.info(f"boards kept: `provisioner sim status --root {self.sim_root}`; "
+                        f"`provisioner sim down --root {self.sim_root}` when done")
+            return
+        control.down(self.sim_root)
+
+    def _credential(self):
+        from provisioner.sim.board import VirtualBoard
+        from provisioner.station.config import Credential
+
+        serial = self.lanes[0].serials[0]
+        os.environ[CONSOLE_PASSWORD_ENV] = VirtualBoard.load(self.sim_root, serial).data["root_password"]
+        return Credential(env=CONSOLE_PASSWORD_ENV)
+
+    def _console(self, serial: str) -> str:
+        from provisioner.sim.board import VirtualBoard
+
+        return str(VirtualBoard.load(self.sim_root, serial).console_link)
+
+    def step_enter_edl(self) -> str:
+        from provisioner.station import edl
+        from provisioner.station.console import ConsoleDriver
+
+        cred = self._credential()
+        serials = [s for ln in self.lanes for s in ln.serials]
+        for serial in serials:
+            with ConsoleDriver(self._console(serial), credential=cred) as con:
+                con.reboot_edl()
+        deadline = time.monotonic() + 60
+        seen: set[str] = set()
+        while time.monotonic() < deadline:
+            seen = {d.serial for d in edl.scan_edl(self.sim_root / "sysfs") if d.mode == "edl"}
+            if set(serials) <= seen:
+                return f"{len(serials)} boards in EDL (05c6:9008), found in sysfs"
+            time.sleep(0.2)
+        missing = sorted(set(serials) - seen)
+        raise RehearsalError(f"boards {', '.join(missing)} did not appear in EDL after `reboot edl`",
+                             "check their consoles (`provisioner console`)")
+
+    def _station_config(self):
+        from provisioner.station.config import StationConfig
+
+        return StationConfig(sysfs_root=self.sim_root / "sysfs", qdl=str(self.sim_root / "bin" / "qdl"),
+                             consoles={s: self._console(s) for ln in self.lanes for s in ln.serials},
+                             database=self.station_db, log_dir=self.work / "station-logs",
+                             credential=self._credential())
+
+    def step_flash(self) -> str:
+        from provisioner.station.flash import flash_release
+        from provisioner.station.records import Records
+
+        config = self._station_config()
+        records = Records(self.station_db)
+        failed: list[str] = []
+        try:
+            for lane in self.lanes:
+                assert lane.release_dir is not None
+                run = flash_release(lane.release_dir, config, serials=lane.serials, board_id=lane.board.id,
+                                    boot_check=True, records=records, timeout_s=300)
+                for b in run.failed:
+                    failed.append(f"{b.serial}: {b.error}")
+        finally:
+            records.close()
+        if failed:
+            raise RehearsalError("flashing failed on " + "; ".join(failed), f"see {self.work / 'station-logs'}")
+        total = sum(len(ln.serials) for ln in self.lanes)
+        return f"{total} boards flashed in parallel and booted; attempts in {self.station_db.name}"
+
+    def step_boot_check(self) -> str:
+        from provisioner.station.console import ConsoleDriver
+
+        cred = self._credential()
+        wrong = []
+        for lane in self.lanes:
+            for serial in lane.serials:
+                with ConsoleDriver(self._console(serial), credential=cred) as con:
+                    ident = con.identity()
+                build_id = (ident.get("os_release") or {}).get("BUILD_ID") or ident.get("build_id")
+                self.boards_info[serial]["build_id"] = build_id
+                if build_id != lane.manifest.release or ident.get("machine") != lane.board.soc0_machine:
+                    wrong.append(f"{serial}: machine {ident.get('machine')}, BUILD_ID {build_id}")
+        if wrong:
+            raise RehearsalError("boards did not come up with the flashed release: " + "; ".join(wrong),
+                                 "look at the board's console log and the qdl log")
+        return "every board reports the flashed BUILD_ID and its soc0 machine"
+
+    def _write_inventory(self) -> Path:
+        from provisioner.fleet.inventory import dump_inventory, manifest_models
+        from provisioner.sim import control
+
+        path = control.write_inventory(self.sim_root, self.inventory)
+        inv = yaml.safe_load(path.read_text(encoding="utf-8"))
+        port = SERVE_PORT_BASE
+        for lane in self.lanes:
+            group = inv["all"]["children"].get(lane.board.id.replace("-", "_"))
+            if not group:
+                continue
+            group["vars"] = {"edge_llm_expected_build_id": lane.manifest.release,
+                             "edge_llm_models": manifest_models(lane.manifest),
+                             "edge_llm_download_mode": lane.manifest.image.download_mode}
+            for hv in group["hosts"].values():
+                hv["edge_llm_serve_port_base"] = port
+                port += 10
+        path.write_text(dump_inventory(inv), encoding="utf-8")
+        return path
+
+    def step_verify(self) -> str:
+        from provisioner.fleet.api import run_fleet
+
+        inv = self._write_inventory()
+        report = run_fleet("verify", inv, report_path=self.work / "verify.json",
+                           log_path=self.work / "verify.log")
+        self.fleet_reports["verify"] = report
+        for row in report.rows:
+            if row.verdict != "pass":
+                self.failed_boards[row.board] = row.reason or row.verdict
+        passed = [r.board for r in report.rows if r.verdict == "pass"]
+        if not passed:
+            raise RehearsalError("no board passed verification", "see the report below and verify.log")
+        return f"{len(passed)} passed, {len(report.rows) - len(passed)} failed (see the fleet report)"
+
+    def _healthy_hosts(self) -> list[str]:
+        report = self.fleet_reports["verify"]
+        return [r.board for r in report.rows if r.verdict == "pass"]
+
+    def step_launch(self) -> str:
+        from provisioner.fleet.api import run_fleet
+
+        healthy = self._healthy_hosts()
+        report = run_fleet("launch", self.inventory, limit=",".join(healthy),
+                           report_path=self.work / "launch.json", log_path=self.work / "launch.log")
+        self.fleet_reports["launch"] = report
+        bad = [f"{r.board}: {r.reason}" for r in report.rows if r.verdict != "pass"]
+        if bad:
+            raise RehearsalError("service did not become healthy on " + "; ".join(bad),
+                                 f"see {self.work / 'launch.log'}")
+        return f"edge-llm-serve healthy on {len(report.rows)} boards"
+
+    def _inventory_hosts(self) -> dict[str, dict[str, Any]]:
+        if not self.inventory.is_file():
+            return {}
+        inv = yaml.safe_load(self.inventory.read_text(encoding="utf-8"))
+        return {name: hv for g in inv["all"]["children"].values() for name, hv in g["hosts"].items()}
+
+    def step_completion(self) -> str:
+        hosts = self._inventory_hosts()
+        bad = []
+        for name in self._healthy_hosts():
+            hv = hosts[name]
+            url = f"http://{hv['ansible_host']}:{hv['edge_llm_serve_port_base']}/v1/completions"
+            try:
+                resp = requests.post(url, json={"prompt": self.o.prompt, "max_tokens": 32}, timeout=60)
+                body = resp.json()
+            except (requests.RequestException, ValueError) as exc:
+                bad.append(f"{name}: {exc}")
+                continue
+            if resp.status_code != 200 or not body.get("choices"):
+                bad.append(f"{name}: HTTP {resp.status_code} {str(body)[:120]}")
+                continue
+            self.completions[name] = body
+        if bad:
+            raise RehearsalError("completion failed on " + "; ".join(bad), "check `systemctl status` on the board")
+        return f"{len(self.completions)} completions answered"
+
+    # ------------------------------------------------------------------ report
+    def _lane_dict(self, lane: Lane) -> dict[str, Any]:
+        return {"manifest": str(lane.source), "release": lane.manifest.release, "board": lane.board.id,
+                "qairt": list(lane.manifest.qairt), "runtimes": list(lane.manifest.runtimes),
+                "boards": lane.serials, "faults": lane.faults, "synthetic_models": lane.synthetic_models,
+                "release_dir": str(lane.release_dir) if lane.release_dir else None,
+                "build_command": lane.build_command}
+
+    def _board_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        verify = self.fleet_reports.get("verify")
+        by_serial = {}
+        if verify is not None:
+            serial_of = {name: str(hv.get("board_serial", name)) for name, hv in self._inventory_hosts().items()}
+            for r in verify.rows:
+                by_serial[serial_of.get(r.board, r.board).upper()] = r
+        for serial, info in self.boards_info.items():
+            row = dict(info)
+            vr = by_serial.get(serial.upper())
+            if vr is not None:
+                row.update({"host": vr.board, "verdict": vr.verdict, "reason": vr.reason,
+                            "decode_tok_s": vr.decode_tok_s, "min_decode_tok_s": vr.expected_decode_tok_s,
+                            "ttft_s": vr.ttft_s, "qairt": vr.qairt})
+                comp = self.completions.get(vr.board)
+                if comp:
+                    row["completion"] = comp["choices"][0].get("text", "")[:80]
+            rows.append(row)
+        return rows
+
+
+def validate_kas_schema(files: list[Path]) -> None:
+    """Validate rendered kas files with kas's own JSON schema (no repos or network needed)."""
+    import jsonschema
+    from kas.configschema import CONFIGSCHEMA
+
+    for f in files:
+        data = yaml.safe_load(Path(f).read_text(encoding="utf-8"))
+        try:
+            jsonschema.validate(data, CONFIGSCHEMA)
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+            raise RehearsalError(f"{Path(f).name}: kas schema: {where}: {exc.message}",
+                                 "this is a template bug; report it") from None
