@@ -373,7 +373,8 @@ class LitertBuild:
         p1, p2, p3 = self.patches
         return [
             Step("source", fn=self._source, what=f"clone {source} into {src} (reuse if present), check out {o.rev}"),
-            Step("lfs", argv=["git", "-C", str(src), "lfs", "pull"], what="git lfs pull"),
+            Step("lfs", fn=self._lfs_pull, what=f"$ git -C {src} lfs pull (a local --source's own LFS files "
+                 "are used when its LFS server is unreachable)"),
             Step("lfs-check", fn=lambda: self._check_lfs(), what=f"{LFS_LIB} must be an ELF, not an LFS pointer"),
             Step("patch-1", fn=lambda: apply_patch(p1, src), what=f"apply {p1.name} in {src}"),
             Step("patch-2", fn=lambda: apply_patch(p2, src), what=f"apply {p2.name} in {src}"),
@@ -460,6 +461,24 @@ class LitertBuild:
             if r.returncode != 0:
                 raise BuildError(f"git checkout {o.rev} failed: {r.stderr.strip()}", "inspect the checkout")
         return f"{how}; at {want[:12]}"
+
+    def _local_source_lib(self) -> Path | None:
+        """The real library in a local ``--source`` working tree (an offline mirror), if it is one."""
+        if not self.o.source or not Path(self.o.source).expanduser().is_dir():
+            return None
+        lib = Path(self.o.source).expanduser() / LFS_LIB
+        return lib if lib.is_file() and elf_machine(lib) is not None else None
+
+    def _lfs_pull(self) -> str:
+        try:
+            self._exec("lfs", ["git", "-C", str(self.o.src), "lfs", "pull"], None)
+            return "git lfs pull done"
+        except BuildError:
+            local = self._local_source_lib()
+            if local is None:
+                raise
+            shutil.copy2(local, self.o.src / LFS_LIB)
+            return f"git lfs pull failed; took {LFS_LIB} from the local source {self.o.source}"
 
     def _check_lfs(self) -> str:
         lib = self.o.src / LFS_LIB

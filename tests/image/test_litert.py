@@ -250,6 +250,11 @@ def test_x86_output_and_lfs_pointer_refused(lt, monkeypatch):
         L.litert_build(opts(lt), reporter=Reporter(quiet=True))
     with pytest.raises(BuildError, match="Git LFS pointer"):
         L.check_aarch64(lib, "lib/libGemmaModelConstraintProvider.so", os.environ)
+    # an offline mirror (--source) whose working tree has the real library: used when LFS is unreachable
+    (lt.up / L.LFS_LIB).write_bytes(elf() + b"from-mirror")
+    res = L.litert_build(opts(lt), reporter=Reporter(quiet=True))
+    with tarfile.open(res.tarball) as tf:
+        assert tf.extractfile("lib/libGemmaModelConstraintProvider.so").read().endswith(b"from-mirror")
 
 
 def test_qairt_sdk_value_rules(tmp_path, lt):
