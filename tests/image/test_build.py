@@ -387,3 +387,11 @@ def test_litert_runtime_in_host_dl_dir_pins_its_sha256(env, tmp_path):
                            dry_run=True)
     assert plan.env["DL_DIR"] == str(dl)
     assert f'LITERT_LM_RUNTIME_SHA256 = "{sha}"' in plan.kas_file.read_text()
+
+
+def test_cli_build_json_result(env, tmp_path, capsys):
+    rc = main(["build", str(write_manifest(tmp_path)), "--out", str(tmp_path / "out"), "--json"])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] and data["release_dir"] == str(tmp_path / "out" / "rel-7")
+    assert data["summary"]["sstate"]["match_pct"] == 92 and data["summary"]["status"] == "ok"
