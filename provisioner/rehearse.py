@@ -38,6 +38,8 @@ BUILTIN_EXAMPLES = ("gemma4-e2b-iq8275.yaml", "nemotron-nano-iq9075.yaml")
 FAULT_RUNTIME = {"no-burst": "litert_lm", "soc-config-14001": "litert_lm", "wrong-soc-model": "genie"}
 CONSOLE_PASSWORD_ENV = "PROVISIONER_REHEARSAL_CONSOLE_PASSWORD"
 SERVE_PORT_BASE = 18080   # boards share the host network in the simulator: one port block per board
+HOST_TOOLS = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("mkfs.ext4", "e2fsprogs"),
+              ("debugfs", "e2fsprogs"), ("unshare", "util-linux"), ("ansible-playbook", "ansible-core"))
 
 
 class RehearsalError(UserError):
@@ -132,6 +134,7 @@ class Rehearsal:
     def steps(self) -> list[Step]:
         sim = "virtual EVKs (provisioner.sim)"
         return [
+            Step("host", self.step_host, what="prerequisites: root, sshd, e2fsprogs, util-linux, ansible-playbook"),
             Step("check", self.step_check, what="manifest validation + model inspection (real .litertlm/Genie files)"),
             Step("render", self.step_render, what="kas config + meta-edge-llm layer, validated with kas's schema"),
             Step("build plan", self.step_build_plan, what="kas-container command (dry run; no 250 GB build)"),
@@ -165,6 +168,19 @@ class Rehearsal:
         return report
 
     # ------------------------------------------------------------------ steps
+    def step_host(self) -> str:
+        """Virtual boards need root (mount namespaces) and a few Debian/Ubuntu packages."""
+        missing = [pkg for prog, pkg in HOST_TOOLS if not shutil.which(prog) and not Path(prog).exists()]
+        if os.geteuid() != 0:
+            raise RehearsalError("virtual boards need root (mount namespaces, sshd per board)",
+                                 "run `sudo provisioner rehearse` (or as root in a container/VM)")
+        if missing:
+            pkgs = " ".join(sorted(set(missing)))
+            raise RehearsalError(f"missing host packages for virtual boards: {pkgs}",
+                                 f"apt-get install -y {pkgs}")
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        return "root, sshd, e2fsprogs, unshare, ansible-playbook present"
+
     def step_check(self) -> str:
         from provisioner.check import run_check
 
@@ -490,7 +506,7 @@ class Rehearsal:
             row = dict(info)
             vr = by_serial.get(serial.upper())
             if vr is not None:
-                row.update({"host": vr.board, "verdict": vr.verdict, "reason": vr.reason,
+                row.update({"host": vr.board, "verdict": vr.verdict, "reason": _diagnosis(vr),
                             "decode_tok_s": vr.decode_tok_s, "min_decode_tok_s": vr.expected_decode_tok_s,
                             "ttft_s": vr.ttft_s, "qairt": vr.qairt})
                 comp = self.completions.get(vr.board)
@@ -498,6 +514,19 @@ class Rehearsal:
                     row["completion"] = comp["choices"][0].get("text", "")[:80]
             rows.append(row)
         return rows
+
+
+def _diagnosis(row: Any) -> str:
+    """The first failed check in the seed's words: what was measured, why, and what to do."""
+    for check in getattr(row, "checks", None) or []:
+        if check.get("ok") is False:
+            text = check.get("detail") or check.get("check", "")
+            if check.get("cause"):
+                text += f" ({check['cause']})"
+            if check.get("remedy"):
+                text += f" -> {check['remedy']}"
+            return text
+    return row.reason or ""
 
 
 def validate_kas_schema(files: list[Path]) -> None:

@@ -1,0 +1,73 @@
+"""The end-to-end rehearsal, and the README's promise that CI runs what it says."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from provisioner.cli import main
+from provisioner.errors import UserError
+from provisioner.rehearse import split_boards
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert block, "README must start with a bash block holding the two commands"
+    return [ln.strip() for ln in block.group(1).splitlines() if ln.strip()]
+
+
+def test_readme_test_command_is_what_ci_runs():
+    install_and_run, test_cmd = _readme_commands()[:2]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert test_cmd in [ln.strip() for ln in ci], f"{test_cmd!r} must be a line of .ci/run"
+    assert "provisioner rehearse" in install_and_run and "pip install" in install_and_run
+
+
+def test_boards_split_over_board_types():
+    assert split_boards(4, 2) == [2, 2]
+    assert split_boards(5, 2) == [3, 2]
+    with pytest.raises(UserError, match="fewer than"):
+        split_boards(1, 2)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_rehearsal_four_boards_with_one_injected_fault(tmp_path, capsys):
+    """4 virtual boards (2 per type), no-burst on one: that board fails verify for burst mode,
+    the other three are flashed with the release, verified, launched and answer a completion."""
+    work = tmp_path / "rh"
+    rc = main(["rehearse", "--boards", "4", "--fault", "no-burst", "--work-dir", str(work), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1, "a board failing verification must fail the rehearsal"
+    assert all(s["ok"] for s in report["steps"]), [s for s in report["steps"] if not s["ok"]]
+    boards = report["boards"]
+    assert sorted(b["board"] for b in boards) == ["iq-8275-evk"] * 2 + ["iq-9075-evk"] * 2
+    for b in boards:
+        lane = next(ln for ln in report["lanes"] if ln["board"] == b["board"])
+        assert b["build_id"] == lane["release"], "the board must run what the station flashed"
+    faulty = [b for b in boards if b["faults"]]
+    assert len(faulty) == 1 and faulty[0]["board"] == "iq-8275-evk"
+    bad = faulty[0]
+    assert bad["verdict"] == "fail" and "burst" in bad["reason"] and "patch 2" in bad["reason"]
+    assert bad["decode_tok_s"] < bad["min_decode_tok_s"]
+    for b in boards:
+        if b is bad:
+            assert "completion" not in b
+            continue
+        assert b["verdict"] == "pass" and b["decode_tok_s"] >= b["min_decode_tok_s"]
+        assert b["completion"].strip()
+    # torn down: no sshd or supervisor of this rehearsal left
+    leftovers = subprocess.run(["pgrep", "-f", str(work / "sim")], capture_output=True, text=True).stdout.split()
+    assert leftovers == []
+    # the station recorded every attempt
+    hist = subprocess.run(["sqlite3", str(work / "station.db"), "select count(*) from attempts"],
+                          capture_output=True, text=True)
+    if hist.returncode == 0:
+        assert int(hist.stdout.strip()) == 4
