@@ -144,6 +144,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="5,20,50")
     ap.add_argument("--keep", action="store_true", help="keep the sim root")
+    ap.add_argument("--mitogen", type=Path, help="also run verify with Mitogen's mitogen_linear strategy from this "
+                                                 "unpacked mitogen wheel (pip download mitogen; unzip)")
     args = ap.parse_args()
     why = can_run()
     if why:
@@ -177,6 +179,15 @@ def main() -> int:
             row["per_check"] = (wall, cpu, rc)
             wall, cpu, rc = timed(lambda inv=inv, n=n: run_raw(pb_dir / "one_shell.yml", inv, n))
             row["one_shell"] = (wall, cpu, rc)
+            if args.mitogen:
+                menv = {"ANSIBLE_STRATEGY_PLUGINS": str(args.mitogen / "ansible_mitogen/plugins/strategy"),
+                        "ANSIBLE_STRATEGY": "mitogen_linear",
+                        "PYTHONPATH": f"{args.mitogen}:{os.environ.get('PYTHONPATH', '')}"}
+                wall, cpu, run = timed(lambda inv=inv, n=n, menv=menv: run_playbook("verify", inv, forks=n,
+                                                                         env={**os.environ, **menv}))
+                row["verify_mitogen"] = (wall, cpu, len(run.failed + run.unreachable))
+                print(f"{n:3d} boards | verify with mitogen_linear {wall:6.1f} s, {cpu / n:5.2f} cpu-s/board "
+                      f"({row['verify_mitogen'][2]} failed)", flush=True)
             results.append(row)
             v, p, s = row["verify"], row["per_check"], row["one_shell"]
             print(f"{n:3d} boards | verify {v[0]:6.1f} s, {v[1] / n:5.2f} cpu-s/board ({v[2]} failed) | "
