@@ -70,7 +70,7 @@ import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-CACHE = "/var/cache/edge-llm/sha256.json"
+CACHE = "/opt/edge-llm/.sha256-cache.json"   # beside the models: same disk, survives reboots
 BUILD_RE = re.compile(rb"v?(2\.\d{1,2}\.\d{1,2}\.\d{6})")
 MAX_READ = 65536
 
@@ -160,7 +160,7 @@ class HashCache:
             return
         try:
             os.makedirs(os.path.dirname(CACHE), exist_ok=True)
-            tmp = CACHE + ".tmp"
+            tmp = f"{CACHE}.{os.getpid()}.tmp"
             with open(tmp, "w") as fh:
                 json.dump(self.data, fh)
             os.replace(tmp, CACHE)
