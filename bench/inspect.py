@@ -71,6 +71,9 @@ def main() -> None:
         print(f"strings | grep -Eo '{PATTERN}':   {t_strings:8.3f} s  -> {found}")
         print(f"ratio strings / CLI:        {t_strings / t_cli:10.1f}x   (goal >= 100x)")
         print(f"ratio strings / in-process: {t_strings / t_lib:10.1f}x")
+        import os
+
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print(f"bytes read by inspect: {data['bytes_read']:,} ({data['bytes_read'] / 2**20:.3f} MiB; goal < 16 MiB) "
               f"of {st.st_size:,}")
 
