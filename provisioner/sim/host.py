@@ -871,7 +871,9 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     dm = int(board.data.get("download_mode", 1))
     cmdline = hd / "cmdline"
     base = _rootfs_cmdline(r)
-    _write(cmdline, f"{base} qcom_scm.download_mode={dm}\n", 0o444)
+    if "qcom_scm.download_mode=" not in base:
+        base += f" qcom_scm.download_mode={dm}"
+    _write(cmdline, base + "\n", 0o444)
     _bind(cmdline, "/proc/cmdline", ro=True)
     return {"board_only": board_only, "shells": shells, "generated": generated}
 
@@ -881,7 +883,7 @@ def _rootfs_cmdline(rootfs: Path) -> str:
         with contextlib.suppress(OSError):
             text = (rootfs / rel).read_text().strip()
             if text:
-                return " ".join(t for t in text.split() if not t.startswith("qcom_scm.download_mode="))
+                return " ".join(text.split())      # the image's own line, download_mode included
     return "root=PARTLABEL=system rw rootwait console=ttyMSM0,115200n8 earlycon pcie_pme=nomsi"
 
 
@@ -928,6 +930,7 @@ def agent_main(root: str, serial: str) -> int:
     _write(hd / "agent.json", json.dumps(info))
     param = Path("/sys/module/qcom_scm/parameters/download_mode")
     last = _read_download_mode(param)
+    last_poll = time.monotonic()
     while not stopping["flag"]:
         time.sleep(0.2)
         while True:
@@ -943,10 +946,17 @@ def agent_main(root: str, serial: str) -> int:
                 info["sshd"] = sshd.pid
                 _write(hd / "agent.json", json.dumps(info))
         cur = _read_download_mode(param)
-        if cur is not None and cur != last:
+        if cur is not None and cur != last:          # written on the board (ssh): tell board.json
             last = cur
             with contextlib.suppress(Exception):
                 board.update(download_mode=cur)
+        elif time.monotonic() - last_poll > 1.0:     # written elsewhere (the serial console): show it here
+            last_poll = time.monotonic()
+            with contextlib.suppress(Exception):
+                want = int(board.reload().data.get("download_mode") or 0)
+                if want != last:
+                    param.write_text(f"{want}\n")
+                    last = want
     with contextlib.suppress(Exception):
         mgr.stop_all()
     with contextlib.suppress(ProcessLookupError):

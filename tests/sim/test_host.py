@@ -60,11 +60,12 @@ def test_download_mode_written_on_board_reaches_board_json(board):
     while time.monotonic() < deadline and board.reload().download_mode != 1:
         time.sleep(0.1)
     assert board.download_mode == 1
-    ssh(board, "echo 0 > /sys/module/qcom_scm/parameters/download_mode")
+    board.update(download_mode=0)           # what the serial console does; the board's sysfs follows
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and board.reload().download_mode != 0:
-        time.sleep(0.1)
-    assert board.download_mode == 0
+    seen = ""
+    while time.monotonic() < deadline and seen != "0":
+        seen = ssh(board, "cat /sys/module/qcom_scm/parameters/download_mode").stdout.strip()
+    assert seen == "0"
 
 
 def test_session_memlock_follows_limits_d(board):
