@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +24,7 @@ class RangeServer:
         self.cut_after: int | None = None  # close the connection after this many body bytes (once)
         self.delay_s = 0.0
         self.token: str | None = None
+        self.ranges = True  # False: ignore Range like some CDNs/proxies do (always 200, whole file)
         self.requests: list[dict] = []  # {"path", "range", "status", "sent", "auth"}
         server = self
 
@@ -52,7 +54,7 @@ class RangeServer:
                     return
                 size = path.stat().st_size
                 start = 0
-                m = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "")
+                m = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "") if server.ranges else None
                 if m:
                     start = int(m.group(1))
                     if start >= size:
@@ -89,7 +91,12 @@ class RangeServer:
                     self.close_connection = True
                     sock.shutdown(2)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):  # clients that hang up are expected here
+                if not isinstance(sys.exc_info()[1], ConnectionError):
+                    super().handle_error(request, client_address)
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

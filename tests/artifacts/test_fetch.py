@@ -148,3 +148,23 @@ def test_credentials_in_url_are_redacted(tmp_path, origin, cli):
     url = origin.url("missing.bin").replace("http://", "http://user:pw123@")
     r = cli("fetch", manifest(tmp_path, url), "--models-only")
     assert r.code == 2 and "pw123" not in r.err and "404" in r.err
+
+
+def test_server_without_range_support_restarts_cleanly(tmp_path, origin, cli):
+    m = manifest(tmp_path, origin.url(NAME), sha=origin.sha)
+    origin.cut_after = 1_000_000
+    assert cli("fetch", m, "--models-only").code == 2
+    origin.ranges = False
+    r = cli("fetch", m, "--models-only", "--json")
+    assert r.code == 0 and origin.requests[-1]["status"] == 200
+    assert (tmp_path / "downloads" / NAME).read_bytes() == origin.data  # no stale prefix kept
+
+
+def test_complete_part_file_is_verified_and_finished(tmp_path, origin, cli):
+    m = manifest(tmp_path, origin.url(NAME), sha=origin.sha)
+    dl = tmp_path / "downloads"
+    dl.mkdir()
+    (dl / (NAME + ".part")).write_bytes(origin.data)  # interrupted just before the rename
+    r = cli("fetch", m, "--models-only", "--json")
+    assert r.code == 0 and origin.requests[-1]["status"] == 416
+    assert (dl / NAME).read_bytes() == origin.data and not (dl / (NAME + ".part")).exists()
