@@ -136,14 +136,14 @@ def test_readme_documents_every_variable_the_layer_reads():
 
 def test_paths_agree_with_the_layout_contract(tmp_path, distro_layer):
     env = _env(tmp_path, distro_layer)
-    mem = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-system/edge-llm-memlock.bb", env)
+    mem = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-memlock/edge-llm-memlock.bb", env)
     assert mem.getVar("EDGE_LLM_LIMITS_FILE") == layout.LIMITS_FILE
     assert mem.getVar("EDGE_LLM_SYSTEMD_DROPIN") == layout.SYSTEMD_MEMLOCK_DROPIN
     serve_dropin = f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}.d/50-edge-llm-memlock.conf"
     assert mem.getVar("EDGE_LLM_SERVE_DROPIN") == serve_dropin
-    dm = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-system/edge-llm-download-mode.bb", env)
+    dm = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-download-mode/edge-llm-download-mode.bb", env)
     assert dm.getVar("EDGE_LLM_DOWNLOAD_MODE_PARAM") == layout.DOWNLOAD_MODE_PARAM
-    user = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-system/edge-llm-user.bb", env)
+    user = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-user/edge-llm-user.bb", env)
     assert user.getVar("EDGE_LLM_FASTRPC_GROUP") == layout.FASTRPC_GROUP
     q = bbparse.parse_recipe(LAYER / "recipes-ai/qairt/qairt-runtime-2.44.0.260225.bb", env)
     assert q.getVar("QAIRT_DIR") == layout.qairt_dir("2.44.0.260225")
@@ -251,7 +251,7 @@ def test_litert_runtime_install(tmp_path, distro_layer):
 
 
 def test_memlock_files(tmp_path, distro_layer):
-    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-system/edge-llm-memlock.bb", _env(tmp_path, distro_layer))
+    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-memlock/edge-llm-memlock.bb", _env(tmp_path, distro_layer))
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
     assert "*    hard    memlock    unlimited" in (dest / layout.LIMITS_FILE.lstrip("/")).read_text()
@@ -262,11 +262,11 @@ def test_memlock_files(tmp_path, distro_layer):
 
 @pytest.mark.parametrize("mode", ["0", "1"])
 def test_download_mode_service(mode, tmp_path, distro_layer):
-    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-system/edge-llm-download-mode.bb",
+    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-download-mode/edge-llm-download-mode.bb",
                              _env(tmp_path, distro_layer, local=f'EDGE_LLM_DOWNLOAD_MODE = "{mode}"\n'))
     unpack = Path(d.getVar("UNPACKDIR"))
     unpack.mkdir(parents=True, exist_ok=True)
-    src = LAYER / "recipes-core/edge-llm-system/files/edge-llm-download-mode.service.in"
+    src = LAYER / "recipes-core/edge-llm-download-mode/files/edge-llm-download-mode.service.in"
     (unpack / src.name).write_text(src.read_text())
     _run(d, "do_install")
     unit = (Path(d.getVar("D")) / "usr/lib/systemd/system/edge-llm-download-mode.service").read_text()
@@ -275,12 +275,12 @@ def test_download_mode_service(mode, tmp_path, distro_layer):
 
 
 def test_inference_user_in_fastrpc_group(tmp_path, distro_layer):
-    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-system/edge-llm-user.bb",
+    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-user/edge-llm-user.bb",
                              _env(tmp_path, distro_layer, local='EDGE_LLM_INFERENCE_USER = "svc"\n'))
     params = d.getVar("USERADD_PARAM:edge-llm-user").split()
     assert params[params.index("--groups") + 1] == "fastrpc" and params[-1] == "svc"
     assert d.getVar("GROUPADD_PARAM:edge-llm-user").split() == ["--system", "fastrpc"]
-    preset = (LAYER / "recipes-core/edge-llm-system/files/50-edge-llm.preset").read_text()
+    preset = (LAYER / "recipes-core/edge-llm-user/files/50-edge-llm.preset").read_text()
     assert f"enable {layout.FASTRPC_SERVICE}" in preset
 
 
@@ -288,7 +288,7 @@ def test_inference_user_in_fastrpc_group(tmp_path, distro_layer):
 def test_login_policy(policy, tmp_path, distro_layer):
     local = (f'EDGE_LLM_LOGIN_POLICY = "{policy}"\n'
              'EDGE_LLM_SSH_AUTHORIZED_KEYS = "ssh-ed25519 AAAA1 a@b\\nssh-ed25519 AAAA2 c@d"\n')
-    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-system/edge-llm-login.bb",
+    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-login/edge-llm-login.bb",
                              _env(tmp_path, distro_layer, local=local))
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
