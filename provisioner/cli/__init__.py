@@ -34,14 +34,26 @@ COMMAND_MODULES = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Import a command's module only when that command runs.
+
+    Startup time matters: `provisioner inspect` must answer in well under a second, and
+    importing every stage (ansible helpers, kas, rich live displays) for it would dominate.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMAND_MODULES:
+            return None
+        return importlib.import_module(f"provisioner.cli.{cmd_name}").command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="provisioner")
 def cli() -> None:
     """Put LLMs on Qualcomm Dragonwing boards: manifest -> image -> station -> fleet."""
-
-
-for _name in COMMAND_MODULES:
-    cli.add_command(importlib.import_module(f"provisioner.cli.{_name}").command)
 
 
 def main(argv: list[str] | None = None) -> int:
