@@ -30,8 +30,9 @@ def launched(tmp_path_factory):
                            vars={"edge_llm_serve_port_base": blocker.getsockname()[1]}))
     fleet = build_fleet(base / "sim", specs, cache=base / "cache", base_index=300)
     try:
-        first = run_fleet("launch", fleet.inventory, extra_args=["edge_llm_serve_health_retries=4",
-                                                                  "edge_llm_serve_health_delay=1"])
+        first = run_fleet("launch", fleet.inventory, extra_args=["edge_llm_serve_health_retries=3",
+                                                                  "edge_llm_serve_health_delay=1",
+                                                                  "edge_llm_serve_health_timeout=2"])
         yield fleet, ports, first
     finally:
         fleet.stop()
