@@ -156,6 +156,18 @@ def _runtime_script(name: str) -> str:
             f"echo '{name}: simulated placeholder' >&2\nexit 1\n")
 
 
+def _serve_files(user: str) -> tuple[str, str]:
+    """(unit text, program text) of edge-llm-serve from the fleet package; a placeholder if absent."""
+    try:
+        from provisioner.fleet.service import SERVE_SCRIPT, unit_text
+
+        return unit_text(user), SERVE_SCRIPT.read_text(encoding="utf-8")
+    except (ImportError, OSError):
+        return ("[Unit]\nDescription=edge-llm inference service for %i (placeholder)\n\n[Service]\n"
+                f"User={user}\nLimitMEMLOCK=infinity\nExecStart={layout.SERVE_BIN} --model %i\n\n"
+                "[Install]\nWantedBy=multi-user.target\n", _runtime_script("edge-llm-serve"))
+
+
 def _stub_lib(name: str, qairt: str) -> bytes:
     from provisioner.sim import runtime
 
@@ -221,13 +233,10 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
            "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n")
     _write(tree, "/usr/lib/udev/rules.d/60-fastrpc.rules",
            f'KERNEL=="fastrpc-*", GROUP="{layout.FASTRPC_GROUP}", MODE="0660"\n')
-    # Placeholder: helper F owns the real edge-llm-serve unit in the layer (recipes-ai/edge-llm-serve).
-    _write(tree, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}",
-           "[Unit]\nDescription=edge-llm inference service for %i\nAfter=network-online.target "
-           f"{layout.FASTRPC_SERVICE}\n\n[Service]\nUser={user}\nSupplementaryGroups={layout.FASTRPC_GROUP}\n"
-           f"LimitMEMLOCK=infinity\nExecStart={layout.SERVE_BIN} --model %i\nRestart=on-failure\n\n"
-           "[Install]\nWantedBy=multi-user.target\n")
-    _write(tree, layout.SERVE_BIN, _runtime_script("edge-llm-serve"), 0o755)
+    # The serve unit and program are the fleet's (helper F owns them; the layer ships the same text).
+    unit, serve = _serve_files(user)
+    _write(tree, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", unit)
+    _write(tree, layout.SERVE_BIN, serve, 0o755)
     if image.ssh_authorized_keys:
         _write(tree, "/root/.ssh/authorized_keys", "".join(k + "\n" for k in image.ssh_authorized_keys), 0o600)
     with_genie = "genie" in manifest.runtimes
