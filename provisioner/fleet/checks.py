@@ -195,10 +195,17 @@ class Expect:
             download_mode=None if dm in (None, "", "any") else int(dm),
             prompt=hv.get("edge_llm_verify_prompt") or SMOKE_PROMPT,
             max_tokens=int(hv.get("edge_llm_verify_max_tokens") or SMOKE_MAX_TOKENS),
-            smoke=bool(hv.get("edge_llm_verify_smoke", True)),
-            rehash=bool(hv.get("edge_llm_verify_rehash", False)),
+            smoke=_bool(hv.get("edge_llm_verify_smoke", True)),
+            rehash=_bool(hv.get("edge_llm_verify_rehash", False)),
             serve_user=hv.get("edge_llm_serve_user") or "llm",
         )
+
+
+def _bool(value: Any) -> bool:
+    """Ansible-style truthiness for values that may arrive as strings ("false", "no", "0")."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y")
+    return bool(value)
 
 
 # ---------------------------------------------------------------------------------------------
