@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import layout
+from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import BuildError
 from provisioner.ui import Reporter
 
@@ -510,10 +511,10 @@ class LitertBuild:
         files["lib/libGemmaModelConstraintProvider.so"] = src / LFS_LIB
         for dest, path in files.items():
             check_aarch64(path, dest, self.env)
-        sums = {k: _sha256(v) for k, v in sorted(files.items())}
+        sums = {k: sha256_file(v) for k, v in sorted(files.items())}
         # provenance inside the tarball (deterministic: no dates or host names)
         info = {"litert_lm": self._git("rev-parse", "HEAD", cwd=src).stdout.strip(), "qairt": self.o.qairt,
-                "patches": {p.name: _sha256(p) for p in self.patches}, "files": sums}
+                "patches": {p.name: sha256_file(p) for p in self.patches}, "files": sums}
         payload: dict[str, Path | bytes] = dict(files)
         payload["BUILDINFO.json"] = (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
         tar = self.o.out / tarball_name(self.o.rev, self.o.qairt)
@@ -521,13 +522,6 @@ class LitertBuild:
         self.result = LitertResult(tar, digest, sums)
         return f"{tar} sha256 {digest}"
 
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def litert_build(opts: LitertOptions, *, dry_run: bool = False, reporter: Reporter | None = None

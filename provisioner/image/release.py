@@ -37,12 +37,12 @@ from typing import Any
 import yaml
 
 from provisioner import catalog
+from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import ArtifactError, UserError
 
 FORMAT = 1
 RELEASE_JSON = "release.json"
 TARBALL_SUFFIX = ".qcomflash.tar.gz"
-_HASH_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -159,15 +159,6 @@ class Release:
 
 
 # -- hashing ---------------------------------------------------------------------------------
-
-def sha256_file(path: Path) -> str:
-    """sha256 of a file, read in chunks (rootfs.img is gigabytes)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def _bundle_files(bundle: Path) -> list[str]:
     """Every regular file below ``bundle``, as sorted POSIX relative paths."""
