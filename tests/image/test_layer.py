@@ -254,7 +254,13 @@ def test_memlock_files(tmp_path, distro_layer):
     d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-memlock/edge-llm-memlock.bb", _env(tmp_path, distro_layer))
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
-    assert "*    hard    memlock    unlimited" in (dest / layout.LIMITS_FILE.lstrip("/")).read_text()
+    limits = (dest / layout.LIMITS_FILE.lstrip("/")).read_text()
+    assert "*    hard    memlock    unlimited" in limits
+    # pam_limits skips '*' for root: the fleet's reading of the file must give root unlimited too
+    from provisioner.fleet.checks import pam_memlock
+
+    assert pam_memlock("root", [limits]) == "infinity"
+    assert pam_memlock("llm", [limits]) == "infinity"
     assert "DefaultLimitMEMLOCK=infinity" in (dest / layout.SYSTEMD_MEMLOCK_DROPIN.lstrip("/")).read_text()
     serve = dest / f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}.d/50-edge-llm-memlock.conf".lstrip("/")
     assert serve.read_text().splitlines()[1:] == ["[Service]", "LimitMEMLOCK=infinity"]

@@ -26,7 +26,9 @@ python do_install() {
     files = {
         d.getVar("EDGE_LLM_LIMITS_FILE"):
             "# meta-edge-llm: FastRPC pins ~1.17 GB for LLM weights (QLI default is 8 MB)\n"
-            "*    soft    memlock    %s\n*    hard    memlock    %s\n" % (value, value),
+            "# pam_limits never applies '*' to root, so root gets its own lines\n"
+            "*    soft    memlock    %s\n*    hard    memlock    %s\n"
+            "root soft    memlock    %s\nroot hard    memlock    %s\n" % (value, value, value, value),
         d.getVar("EDGE_LLM_SYSTEMD_DROPIN"):
             "# meta-edge-llm: limits.conf does not reach systemd services\n[Manager]\n"
             "DefaultLimitMEMLOCK=%s\n" % systemd_value,
