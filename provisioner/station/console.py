@@ -193,6 +193,8 @@ class ConsoleDriver:
         deadline = time.monotonic() + timeout_s
         sent_password = False
         sent_user = False
+        refused = 0
+        stale_login_prompts = 1   # our first nudge may echo one more "login:" after we typed the user name
         self.drain(0.1)
         self.write("\r")
         while True:
@@ -207,9 +209,18 @@ class ConsoleDriver:
                 continue
             kind, _ = got
             if kind == "incorrect":
-                raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
-                                   f"check the password in {self.credential.describe()}")
+                # Line noise or a prompt that crossed our typing can spoil one attempt; a wrong
+                # password fails every time, so give up on the second refusal.
+                refused += 1
+                if refused >= 2:
+                    raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
+                                       f"check the password in {self.credential.describe()}")
+                sent_user = sent_password = False
+                continue
             if kind == "login":
+                if sent_user and not sent_password and stale_login_prompts > 0:
+                    stale_login_prompts -= 1
+                    continue
                 if sent_user and sent_password:
                     raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
                                        f"check the password in {self.credential.describe()}")
