@@ -99,6 +99,21 @@ def split_boards(total: int, lanes: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(lanes)]
 
 
+def check_options(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...]) -> None:
+    """Refuse bad options before anything starts (no boards to tear down for a typo)."""
+    from provisioner.sim.board import FAULTS
+
+    for m in manifests:
+        if not Path(m).is_file():
+            raise RehearsalError(f"{m}: no such manifest", "pass a manifest file, or none for the built-in examples")
+    for f in faults:
+        if f not in FAULTS:
+            raise RehearsalError(f"unknown fault '{f}'", f"use one of: {', '.join(FAULTS)}")
+    split_boards(boards, len(manifests) or len(BUILTIN_EXAMPLES))
+    if len(faults) > boards:
+        raise RehearsalError(f"{len(faults)} faults for {boards} boards", "give every fault its own board")
+
+
 def assign_faults(faults: tuple[str, ...], lanes: list[Lane]) -> None:
     """Give each injected fault to one board of a lane whose runtime it applies to."""
     from provisioner.sim.board import FAULTS

@@ -71,3 +71,15 @@ def test_rehearsal_four_boards_with_one_injected_fault(tmp_path, capsys):
                           capture_output=True, text=True)
     if hist.returncode == 0:
         assert int(hist.stdout.strip()) == 4
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--fault", "bogus"], "unknown fault 'bogus'"),
+    (["--boards", "1"], "fewer than the 2 board types"),
+    (["nope.yaml"], "no such manifest"),
+])
+def test_bad_options_fail_before_any_board_starts(tmp_path, capsys, args, needle):
+    assert main(["rehearse", "--work-dir", str(tmp_path / "w"), *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "w").exists()
