@@ -51,6 +51,9 @@ def _is_url(port: str) -> bool:
     return "://" in port
 
 
+STALE_PROMPT_S = 3.0   # a login prompt this soon after typing the user name is an old one
+
+
 class ConsoleDriver:
     """One board's serial console. Use as a context manager; :meth:`open` maps pyserial errors
     (no such port, port busy) to one-line :class:`StationError`s naming the port."""
@@ -194,7 +197,7 @@ class ConsoleDriver:
         sent_password = False
         sent_user = False
         refused = 0
-        stale_login_prompts = 1   # our first nudge may echo one more "login:" after we typed the user name
+        user_sent_at = 0.0
         self.drain(0.1)
         self.write("\r")
         while True:
@@ -218,14 +221,17 @@ class ConsoleDriver:
                 sent_user = sent_password = False
                 continue
             if kind == "login":
-                if sent_user and not sent_password and stale_login_prompts > 0:
-                    stale_login_prompts -= 1
+                if sent_user and not sent_password and time.monotonic() - user_sent_at < STALE_PROMPT_S:
+                    # A prompt that was already queued when we typed (getty re-printed its banner,
+                    # or our own nudge): answering it would type the user name as the password.
                     continue
                 if sent_user and sent_password:
                     raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
                                        f"check the password in {self.credential.describe()}")
+                self.drain(0.3)   # swallow further queued prompts before typing
                 self.write(self.credential.user + "\r")
                 sent_user = True
+                user_sent_at = time.monotonic()
                 sent_password = False
             elif kind == "password":
                 secret = self.credential.secret()
