@@ -15,13 +15,13 @@ Server layout::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 from provisioner import catalog, layout
+from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import atomic_write
 
@@ -29,14 +29,6 @@ CACHE_NAME = ".edge-llm-index.json"
 PREVIOUS = "previous"      # symlink beside ``current``: the version a rollback returns to
 ARTIFACT_MARK = ".edge-llm-artifact.json"
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(4 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class _Hasher:
@@ -55,7 +47,7 @@ class _Hasher:
         hit = self.data.get(rel)
         if hit and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
             return {"size": st.st_size, "sha256": hit["sha256"]}
-        sha = _sha256(path)
+        sha = sha256_file(path)
         self.data[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
         self.dirty = True
         return {"size": st.st_size, "sha256": sha}

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from provisioner import catalog, layout
+from provisioner.artifacts.hashing import sha256_file
 from provisioner.fleet import artifacts
 from provisioner.fleet.api import run_fleet
-from tests.fleet.artserver import ArtifactServer, sha256_file
+from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run
 
 pytestmark = [pytest.mark.root, pytest.mark.slow,
