@@ -116,11 +116,7 @@ def check_options(manifests: tuple[Path, ...], boards: int, faults: tuple[str, .
 
 def assign_faults(faults: tuple[str, ...], lanes: list[Lane]) -> None:
     """Give each injected fault to one board of a lane whose runtime it applies to."""
-    from provisioner.sim.board import FAULTS
-
-    for f in faults:
-        if f not in FAULTS:
-            raise RehearsalError(f"unknown fault '{f}'", f"use one of: {', '.join(FAULTS)}")
+    for f in faults:   # names were checked by check_options
         want = FAULT_RUNTIME.get(f)
         lane = next((ln for ln in lanes if want is None or want in ln.manifest.runtimes), None)
         if lane is None:
@@ -133,6 +129,7 @@ class Rehearsal:
     """The rehearsal as named steps over shared state (the lanes, the sim root, the work dir)."""
 
     def __init__(self, options: RehearsalOptions, reporter: Reporter | None = None) -> None:
+        check_options(options.manifests, options.boards, options.faults)
         self.o = options
         self.r = reporter or Reporter()
         self.work = Path(options.work_dir or Path.cwd() / "rehearsal").resolve()
@@ -144,6 +141,7 @@ class Rehearsal:
         self.failed_boards: dict[str, str] = {}
         self.completions: dict[str, dict[str, Any]] = {}
         self.boards_info: dict[str, dict[str, Any]] = {}
+        self._cred: Any = None
 
     # ------------------------------------------------------------------ plan of the run
     def steps(self) -> list[Step]:
@@ -200,15 +198,10 @@ class Rehearsal:
         from provisioner.check import run_check
 
         sources = list(self.o.manifests) or [EXAMPLES_DIR / name for name in BUILTIN_EXAMPLES]
-        for src in sources:
-            if not Path(src).is_file():
-                raise RehearsalError(f"{src}: no such manifest", "pass a manifest file or run without arguments")
         counts = split_boards(self.o.boards, len(sources))
         for src, count in zip(sources, counts, strict=True):
-            manifest = self._rehearsal_manifest(Path(src))
-            self.lanes.append(Lane(source=Path(src), manifest=manifest, count=count,
-                                   synthetic_models=[m.name for m in manifest.models
-                                                     if m.name in self._synthetic_names],
+            manifest, synthetic = self._rehearsal_manifest(Path(src))
+            self.lanes.append(Lane(source=Path(src), manifest=manifest, count=count, synthetic_models=synthetic,
                                    model_files={m.name: m.path for m in manifest.models if m.path}))
         assign_faults(self.o.faults, self.lanes)
         lines = []
@@ -221,10 +214,8 @@ class Rehearsal:
                          f"the model{'s' if len(res.models) > 1 else ''}")
         return "; ".join(lines)
 
-    _synthetic_names: set[str] = set()
-
-    def _rehearsal_manifest(self, src: Path) -> Manifest:
-        """The manifest as given, with model files made where only a URL is known.
+    def _rehearsal_manifest(self, src: Path) -> tuple[Manifest, list[str]]:
+        """The manifest as given, with model files made where only a URL is known (their names returned).
 
         Models with a local file are used as they are; downloadable ones are replaced by small
         real-format stand-ins (same name, QAIRT and target SoC), and the rehearsal's controller key
@@ -238,6 +229,7 @@ class Rehearsal:
         lane_dir = self.work / "lanes" / original.release
         lane_dir.mkdir(parents=True, exist_ok=True)
         board = original.board
+        synthetic: list[str] = []
         for raw, model in zip(data["models"], original.models, strict=True):
             if model.path is not None and model.path.exists():
                 raw["path"] = str(model.path)
@@ -259,7 +251,7 @@ class Rehearsal:
             raw.pop("sha256", None)
             raw.pop("size", None)
             raw["path"] = str(target)
-            self._synthetic_names = self._synthetic_names | {model.name}
+            synthetic.append(model.name)
         image = data.setdefault("image", {}) or {}
         pub = Path(str(controller_key(self.sim_root)) + ".pub").read_text(encoding="utf-8").strip()
         keys = [k for k in image.get("ssh_authorized_keys", []) or [] if "Example" not in k]
@@ -276,7 +268,7 @@ class Rehearsal:
         out = lane_dir / "manifest.yaml"
         out.write_text("# rehearsal copy of " + str(src) + "\n" + yaml.safe_dump(data, sort_keys=False),
                        encoding="utf-8")
-        return load_manifest(out)
+        return load_manifest(out), synthetic
 
     def step_render(self) -> str:
         from provisioner.image.render import render
@@ -344,12 +336,15 @@ class Rehearsal:
         control.down(self.sim_root)
 
     def _credential(self):
+        """The boards' console password, handed to the station as real stations get it (environment)."""
         from provisioner.sim.board import VirtualBoard
         from provisioner.station.config import Credential
 
-        serial = self.lanes[0].serials[0]
-        os.environ[CONSOLE_PASSWORD_ENV] = VirtualBoard.load(self.sim_root, serial).data["root_password"]
-        return Credential(env=CONSOLE_PASSWORD_ENV)
+        if self._cred is None:
+            serial = self.lanes[0].serials[0]
+            os.environ[CONSOLE_PASSWORD_ENV] = VirtualBoard.load(self.sim_root, serial).data["root_password"]
+            self._cred = Credential(env=CONSOLE_PASSWORD_ENV)
+        return self._cred
 
     def _console(self, serial: str) -> str:
         from provisioner.sim.board import VirtualBoard

@@ -26,9 +26,7 @@ def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], k
     check -> render (+kas schema) -> build plan -> release -> boards up -> EDL via console ->
     parallel flash -> boot check -> fleet verify -> fleet launch -> one completion per board.
     """
-    from provisioner.rehearse import Rehearsal, RehearsalOptions, check_options
-
-    check_options(manifests, boards, faults)
+    from provisioner.rehearse import Rehearsal, RehearsalOptions
 
     reporter = Reporter(quiet=as_json)
     rehearsal = Rehearsal(RehearsalOptions(manifests=manifests, boards=boards, faults=faults, keep=keep,
