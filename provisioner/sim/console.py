@@ -13,6 +13,7 @@ the board's configured credential.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -26,6 +27,19 @@ KERNEL = "6.18.0-qli"
 REMOTEPROC_CRASH = re.compile(r"^/sys/kernel/debug/remoteproc/remoteproc\d+/crash$")
 QLI_DEFAULT_MEMLOCK_KIB = 8192
 GARBAGE = b"\x00\xff\xfe\x1b[0m\xe0\x80\x00\xc3\x10"
+
+
+def login_delay() -> float:
+    """Seconds ``login`` takes to print ``Password:`` (``PROVISIONER_SIM_LOGIN_DELAY_S``, default 0).
+
+    On a loaded board getty hands the user name to ``login``, which needs a moment (PAM, fork)
+    before it prints the prompt; whatever is typed meanwhile waits in the tty and is then read
+    as the password. That is how a console driver that nudges the line too early gets refused.
+    """
+    try:
+        return max(0.0, float(os.environ.get("PROVISIONER_SIM_LOGIN_DELAY_S", "0")))
+    except ValueError:
+        return 0.0
 
 
 def boot_banner(board: VirtualBoard) -> list[str]:
@@ -104,8 +118,9 @@ class Shell:
     """Login + root shell state machine of one board console (pure: bytes in, bytes out).
 
     ``write`` sends bytes to the console; ``actions`` are callbacks into the supervisor for
-    things that change the board (reboot, crash). Input is ignored unless the board is booted
-    and its getty is up (``enabled``).
+    things that change the board (reboot, crash) and ``later(delay, fn)`` to run ``fn`` after a
+    delay without blocking the other boards. Input is ignored unless the board is booted and its
+    getty is up (``enabled``); while ``login`` is starting (``held``) it waits, as in a real tty.
     """
 
     def __init__(self, board: VirtualBoard, write: Callable[[bytes], None],
@@ -118,6 +133,8 @@ class Shell:
         self.user = ""
         self.buf = bytearray()
         self._last_cr = False
+        self.held = False
+        self.pending = b""
 
     # ---------------------------------------------------------------- session control
     def reset(self) -> None:
@@ -126,6 +143,8 @@ class Shell:
         self.mode = "login"
         self.user = ""
         self.buf.clear()
+        self.held = False
+        self.pending = b""
 
     def start_getty(self) -> None:
         self.enabled = True
@@ -144,7 +163,10 @@ class Shell:
     def feed(self, data: bytes) -> None:
         if not self.enabled:
             return
-        for ch in data:
+        if self.held:
+            self.pending += data
+            return
+        for i, ch in enumerate(data):
             if ch == 0x0A and self._last_cr:      # \r\n from a terminal: one Enter
                 self._last_cr = False
                 continue
@@ -156,6 +178,9 @@ class Shell:
                     self.write(b"\r\n")
                 self._line(line)
                 if not self.enabled:
+                    return
+                if self.held:
+                    self.pending += data[i + 1:]
                     return
             elif ch in (0x7F, 0x08):
                 if self.buf:
@@ -185,7 +210,12 @@ class Shell:
                 return
             self.user = user
             self.mode = "password"
-            self.write(b"Password: ")
+            delay = login_delay()
+            if delay and "later" in self.actions:
+                self.held = True
+                self.actions["later"](delay, self._password_prompt)
+            else:
+                self.write(b"Password: ")
         elif self.mode == "password":
             self.write(b"\r\n")
             self.board.reload()
@@ -206,6 +236,15 @@ class Shell:
                 self.write(out.replace(b"\n", b"\r\n") if b"\r\n" not in out else out)
             if self.mode == "shell" and self.enabled:
                 self.write(self.prompt.encode())
+
+    def _password_prompt(self) -> None:
+        """``login`` is up: prompt, then read what was typed meanwhile (as the password)."""
+        if not self.held:          # the board was reset meanwhile
+            return
+        self.held = False
+        self.write(b"Password: ")
+        queued, self.pending = self.pending, b""
+        self.feed(queued)
 
     # ---------------------------------------------------------------- commands
     def run(self, line: str) -> bytes | None:

@@ -166,7 +166,8 @@ class BoardHardware:
         link_tmp.symlink_to(self.pty)
         os.replace(link_tmp, board.console_link)
         self.log = open(board.log_path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
-        self.shell = con.Shell(board, self.write, {"power": self.power, "crash": self.crash})
+        self.shell = con.Shell(board, self.write, {"power": self.power, "crash": self.crash,
+                                                     "later": self.sup.loop.call_later})
         self.task: asyncio.Task[None] | None = None
         self.host_up = False
         self.crash_shown = False

@@ -52,6 +52,7 @@ def _is_url(port: str) -> bool:
 
 
 STALE_PROMPT_S = 3.0   # a login prompt this soon after typing the user name is an old one
+ANSWER_WAIT_S = 8.0    # how long a typed user name or password may go unanswered before we nudge
 
 
 class ConsoleDriver:
@@ -189,57 +190,75 @@ class ConsoleDriver:
     # -- login ---------------------------------------------------------------------------
     def ensure_shell(self, timeout_s: float | None = None) -> None:
         """Get to a root shell: nudge the line, answer login/password prompts, or notice we are
-        already logged in. Verified by running a marker command."""
+        already logged in. Verified by running a marker command.
+
+        Why the line is only nudged while nothing is typed: a loaded board can take seconds to
+        answer the user name. An Enter sent meanwhile reaches ``login`` as an empty password,
+        the real password then lands at the next ``login:`` prompt, where getty echoes it onto
+        the console (and into every log). So after typing we wait, and the secret is only sent
+        to a ``Password:`` prompt that follows our own user name.
+        """
         timeout_s = timeout_s or self.prompt_timeout_s
         if self.ser is None:
             self.open()
         deadline = time.monotonic() + timeout_s
-        sent_password = False
-        sent_user = False
+        typed = ""            # "" nothing pending | "user" | "password"
+        typed_at = 0.0
+        abandoned = False     # we sent Enter to a password prompt that was not ours
         refused = 0
-        user_sent_at = 0.0
         self.drain(0.1)
         self.write("\r")
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise StationError(f"console {self.port}: no login or shell prompt within {timeout_s:g} s",
+                waiting = {"user": "no password prompt after the user name",
+                           "password": "no shell after the password"}.get(typed, "no login or shell prompt")
+                raise StationError(f"console {self.port}: {waiting} within {timeout_s:g} s",
                                    "check the cable and baud rate, and that the board is powered and booted")
             got = self.expect({"incorrect": INCORRECT_RE, "password": PASSWORD_RE, "login": LOGIN_RE,
                                "shell": SHELL_RE}, min(left, 1.5))
             if got is None:
-                self.write("\r")
+                if not typed or time.monotonic() - typed_at > ANSWER_WAIT_S:
+                    typed = ""
+                    self.write("\r")
                 continue
             kind, _ = got
             if kind == "incorrect":
-                # Line noise or a prompt that crossed our typing can spoil one attempt; a wrong
-                # password fails every time, so give up on the second refusal.
+                typed = ""
+                if abandoned:
+                    abandoned = False
+                    continue
+                # Line noise can spoil one attempt; a wrong password fails every time.
                 refused += 1
                 if refused >= 2:
                     raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
                                        f"check the password in {self.credential.describe()}")
-                sent_user = sent_password = False
                 continue
             if kind == "login":
-                if sent_user and not sent_password and time.monotonic() - user_sent_at < STALE_PROMPT_S:
+                if typed == "user" and time.monotonic() - typed_at < STALE_PROMPT_S:
                     # A prompt that was already queued when we typed (getty re-printed its banner,
                     # or our own nudge): answering it would type the user name as the password.
                     continue
-                if sent_user and sent_password:
-                    raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
-                                       f"check the password in {self.credential.describe()}")
+                if typed == "password":
+                    refused += 1
+                    if refused >= 2:
+                        raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
+                                           f"check the password in {self.credential.describe()}")
                 self.drain(0.3)   # swallow further queued prompts before typing
                 self.write(self.credential.user + "\r")
-                sent_user = True
-                user_sent_at = time.monotonic()
-                sent_password = False
+                typed, typed_at = "user", time.monotonic()
             elif kind == "password":
+                if typed != "user":
+                    # Someone else's half-finished login: end it with an empty password.
+                    self.write("\r")
+                    typed, abandoned = "", True
+                    continue
                 secret = self.credential.secret()
                 if secret is None:
                     raise StationError(f"console {self.port} asks for a password and none is configured",
                                        f"set {self.credential.describe()}")
                 self.write(secret + "\r", secret=True)
-                sent_password = True
+                typed, typed_at = "password", time.monotonic()
             elif kind == "shell":
                 tail = got[1].rstrip("\n").rsplit("\n", 1)[-1]
                 if 0 < len(tail) <= 80:
@@ -247,6 +266,7 @@ class ConsoleDriver:
                 try:
                     res = self.run("true", timeout_s=min(max(left, 2.0), 5.0), _check_shell=False)
                 except StationError:
+                    typed = ""
                     self.write("\r")
                     continue
                 if res.ok:

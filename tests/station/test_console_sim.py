@@ -44,6 +44,20 @@ def test_identity_and_download_mode_via_cli(booted, capsys):
     assert "oelinux123" not in json.dumps(out)
 
 
+def test_slow_login_is_waited_for_and_never_leaks_the_password(booted, monkeypatch, tmp_path):
+    """``login`` takes 2.5 s to print ``Password:`` (loaded board): the driver must wait for it
+    instead of nudging the line, or its Enter is read as an empty password, the real password
+    lands at the next login prompt, is echoed onto the console and the login is refused."""
+    monkeypatch.setenv("PROVISIONER_SIM_LOGIN_DELAY_S", "2.5")
+    vb = booted()[0]
+    log = tmp_path / "console.log"
+    with ConsoleDriver(str(vb.console_link), credential=Credential(), prompt_timeout_s=30, log_path=log) as con:
+        con.ensure_shell()
+        assert con.run("uname -m").output.strip() == "aarch64"
+    assert "oelinux123" not in log.read_text()
+    assert b"oelinux123" not in vb.log_path.read_bytes()
+
+
 def test_console_edl_then_scan_sees_it(booted, station, capsys, tmp_path):
     vb = booted()[0]
     slots = tmp_path / "slots.yaml"
