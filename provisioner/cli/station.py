@@ -30,6 +30,19 @@ def _config(config: Path | None, sysfs_root: Path | None = None, slots: Path | N
     return cfg
 
 
+def _console_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--console 0AA94EFD=/dev/ttyUSB3`` -> {"0AA94EFD": "/dev/ttyUSB3"}; keys as in station.yaml."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, tty = pair.partition("=")
+        if not sep or not key.strip() or not tty.strip():
+            raise StationError(f"--console {pair!r} is not BOARD=TTY",
+                               "give a board serial, slot name or USB port path, '=', and the tty, "
+                               "e.g. --console 0AA94EFD=/dev/ttyUSB3")
+        out[key.strip()] = tty.strip()
+    return out
+
+
 _config_opt = click.option("--config", type=click.Path(path_type=Path), help="station.yaml (default ./station.yaml).")
 _json_opt = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 _db_opt = click.option("--db", type=click.Path(path_type=Path), help="Records database (default from config).")
@@ -107,6 +120,8 @@ def preflight_cmd(release: Path, board_id: str | None, no_hash: bool, as_json: b
               help="Seconds to wait for a dropped board to re-enter EDL.")
 @click.option("--boot-check", is_flag=True, help="Watch the console after flashing and verify the release booted.")
 @click.option("--boot-timeout", type=float, default=300.0, show_default=True)
+@click.option("--console", "consoles", multiple=True, metavar="BOARD=TTY",
+              help="Console of a board (serial, slot or USB port path = tty); repeatable, overrides station.yaml.")
 @click.option("--allow-old-qdl", is_flag=True, help="Allow one board alone with a qdl that has no --serial.")
 @click.option("--qdl", help="qdl executable (default from config, else 'qdl' on PATH).")
 @click.option("--sysfs-root", type=click.Path(path_type=Path))
@@ -115,12 +130,13 @@ def preflight_cmd(release: Path, board_id: str | None, no_hash: bool, as_json: b
 @_json_opt
 def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_id: str | None, jobs: int | None,
               timeout_s: float, retries: int, reappear_timeout: float, boot_check: bool, boot_timeout: float,
-              allow_old_qdl: bool, qdl: str | None, sysfs_root: Path | None, db: Path | None, config: Path | None,
-              as_json: bool) -> None:
+              consoles: tuple[str, ...], allow_old_qdl: bool, qdl: str | None, sysfs_root: Path | None,
+              db: Path | None, config: Path | None, as_json: bool) -> None:
     """Preflight RELEASE, then flash the selected boards in parallel (one qdl --serial each)."""
     if serials and all_boards:
         raise StationError("--serial and --all are exclusive", "pick one")
     cfg = _config(config, sysfs_root, None, qdl, db)
+    cfg.consoles.update(_console_pairs(consoles))
     rep = Reporter(quiet=as_json)
     with Records(cfg.database) as records:
         if records.recovered:

@@ -11,7 +11,6 @@ from provisioner.cli import main
 from provisioner.sim import control
 from provisioner.station.config import Credential
 from provisioner.station.console import ConsoleDriver
-from provisioner.station.flash import flash_release
 from provisioner.station.records import Records, build_inventory
 
 from .test_flash import _assert_flashed
@@ -85,22 +84,32 @@ def test_console_edl_then_scan_sees_it(booted, station, capsys, tmp_path):
     assert seen[0]["identity"]["machine"] == "QCS8275"
 
 
-def test_flash_with_boot_check_reads_new_release_back(booted, station, release_8275):
+def test_flash_with_boot_check_reads_new_release_back(booted, station, release_8275, tmp_path, capsys):
+    """Booted boards, consoles given on the command line: the station sends each to EDL over its
+    console, flashes it, watches it boot and reads the new BUILD_ID back."""
     boards = booted(2)
     old = boards[0].reload().data["build_id"]
-    station.config.consoles = {b.serial: str(b.console_link) for b in boards}
-    with Records(station.config.database) as rec:
-        run = flash_release(release_8275, station.config, serials=[b.serial for b in boards], boot_check=True,
-                            boot_timeout_s=30, edl_timeout_s=15, records=rec)
+    db = tmp_path / "station.db"
+    argv = ["station", "flash", str(release_8275), "--qdl", station.config.qdl, "--sysfs-root",
+            str(station.config.sysfs_root), "--db", str(db), "--boot-check", "--boot-timeout", "30", "--json"]
+    for b in boards:
+        argv += ["--serial", b.serial, "--console", f"{b.serial}={b.console_link}"]
+    assert main(argv) == 0, capsys.readouterr().err
+    run = json.loads(capsys.readouterr().out)
+    with Records(db, writer=False) as rec:
         inv = build_inventory(rec)
         hist = rec.history()
-    assert run.ok, [r.error for r in run.results]
-    for r, b in zip(run.results, boards, strict=True):
-        assert r.state == "verified" and r.identity["build_id"] == "gemma4-e2b-iq8275-2026.11" != old
+    for r, b in zip(run["boards"], boards, strict=True):
+        assert r["state"] == "verified" and r["identity"]["build_id"] == "gemma4-e2b-iq8275-2026.11" != old
         _assert_flashed(b.reload(), next((release_8275 / "flash").iterdir()))
     assert {h["identity"]["build_id"] for h in hist} == {"gemma4-e2b-iq8275-2026.11"}
     hosts = inv["all"]["children"]["iq_8275_evk"]["hosts"]
-    assert sorted(hosts) == sorted(r.identity["hostname"] for r in run.results)
+    assert sorted(hosts) == sorted(r["identity"]["hostname"] for r in run["boards"])
+
+
+def test_console_option_must_be_board_equals_tty(station, release_8275, capsys):
+    assert main(["station", "flash", str(release_8275), "--all", "--console", "/dev/ttyUSB0"]) == 2
+    assert "--console '/dev/ttyUSB0' is not BOARD=TTY" in capsys.readouterr().err
 
 
 def test_board_without_prompt_fails_with_port_named(booted, capsys):
