@@ -24,6 +24,11 @@ MODELS_ROOT = "/opt/edge-llm/models"        # /opt/edge-llm/models/<name>/<versi
 ETC_DIR = "/etc/edge-llm"                   # release.json, serve/<model>.json
 RELEASE_JSON = "/etc/edge-llm/release.json"
 OS_RELEASE = "/etc/os-release"              # BUILD_ID = manifest release id
+# agetty prints /etc/issue.d/*.issue before every login prompt and expands \S{BUILD_ID} from
+# os-release: the console shows the release even where root cannot log in (production images).
+ISSUE_SNIPPET = "/etc/issue.d/50-edge-llm.issue"
+ISSUE_TEXT = "edge-llm release \\S{BUILD_ID}\n\n"
+BANNER_RELEASE_PREFIX = "edge-llm release "
 LIMITS_FILE = "/etc/security/limits.d/50-edge-llm-memlock.conf"
 SYSTEMD_MEMLOCK_DROPIN = "/etc/systemd/system.conf.d/50-edge-llm-memlock.conf"
 SERVE_UNIT = "edge-llm-serve@.service"      # instance = model name

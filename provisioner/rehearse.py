@@ -160,7 +160,8 @@ class Rehearsal:
             Step("flash", self.step_flash, simulated=True,
                  what="station preflight + parallel flashing with the qdl stand-in, records in SQLite"),
             Step("boot check", self.step_boot_check, simulated=True,
-                 what="console identity after flashing: soc0 machine and BUILD_ID"),
+                 what="what the station read on each console after flashing (recorded attempt): BUILD_ID, "
+                      "soc0 machine where root may log in"),
             Step("fleet verify", self.step_verify, simulated=True,
                  what="ansible-playbook verify.yml over real SSH; NPU runtime simulated"),
             Step("fleet launch", self.step_launch, simulated=True,
@@ -401,22 +402,29 @@ class Rehearsal:
         return f"{total} boards flashed in parallel and booted; attempts in {self.station_db.name}"
 
     def step_boot_check(self) -> str:
-        from provisioner.station.console import ConsoleDriver
+        """Each board's recorded attempt: the identity the station read on its console after the
+        reboot (full identity on debug images, the banner's BUILD_ID on production images)."""
+        from provisioner.station.records import Records
 
-        cred = self._credential()
-        wrong = []
-        for lane in self.lanes:
-            for serial in lane.serials:
-                with ConsoleDriver(self._console(serial), credential=cred) as con:
-                    ident = con.identity()
-                build_id = (ident.get("os_release") or {}).get("BUILD_ID") or ident.get("build_id")
-                self.boards_info[serial]["build_id"] = build_id
-                if build_id != lane.manifest.release or ident.get("machine") != lane.board.soc0_machine:
-                    wrong.append(f"{serial}: machine {ident.get('machine')}, BUILD_ID {build_id}")
+        wrong, banner = [], 0
+        with Records(self.station_db, writer=False) as rec:
+            for lane in self.lanes:
+                for serial in lane.serials:
+                    last = (rec.history(serial) or [{}])[0]
+                    ident = last.get("identity") or {}
+                    build_id = ident.get("build_id")
+                    self.boards_info[serial]["build_id"] = build_id
+                    by_banner = ident.get("source") == "console banner"
+                    banner += by_banner
+                    machine_ok = by_banner or ident.get("machine") == lane.board.soc0_machine
+                    if last.get("result") != "passed" or build_id != lane.manifest.release or not machine_ok:
+                        wrong.append(f"{serial}: {last.get('result')}, machine {ident.get('machine')}, "
+                                     f"BUILD_ID {build_id}")
         if wrong:
             raise RehearsalError("boards did not come up with the flashed release: " + "; ".join(wrong),
                                  "look at the board's console log and the qdl log")
-        return "every board reports the flashed BUILD_ID and its soc0 machine"
+        how = f" ({banner} from the getty banner: root login is disabled on production images)" if banner else ""
+        return f"every board showed the flashed BUILD_ID on its console{how}"
 
     def _write_inventory(self) -> Path:
         from provisioner.fleet.inventory import dump_inventory, manifest_models

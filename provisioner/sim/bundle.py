@@ -208,6 +208,10 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
            'PRETTY_NAME="Qualcomm Linux 2.0"\nHOME_URL="https://github.com/qualcomm-linux"\n'
            f'BUILD_ID="{manifest.release}"\n')
     _write(tree, "/etc/issue", "Qualcomm Linux 2.0 \\n \\l\n\n")
+    _write(tree, layout.ISSUE_SNIPPET, layout.ISSUE_TEXT)
+    # production: root's password field is '*' (no password matches; SSH keys still work)
+    root_pw = "$6$qli$default" if image.root_login == "debug" else "*"
+    _write(tree, "/etc/shadow", f"root:{root_pw}:19000:0:99999:7:::\n", 0o600)
     _write(tree, "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
            "sshd:x:995:995::/var/run/sshd:/bin/false\n"
            f"{user}:x:1000:1000::/home/{user}:/bin/sh\n")

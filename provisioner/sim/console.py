@@ -110,8 +110,59 @@ def systemd_lines(board: VirtualBoard) -> list[str]:
     ]
 
 
-def getty_banner(hostname: str) -> str:
-    return f"\r\nQualcomm Linux 2.0 {hostname} ttyMSM0\r\n\r\n{hostname} login: "
+def getty_banner(hostname: str, rootfs: Path | None = None) -> str:
+    """What agetty prints: ``/etc/issue`` then ``/etc/issue.d/*.issue`` of the flashed image (escapes
+    expanded), then ``<hostname> login:``. A board never flashed shows QLI's stock issue text."""
+    issue = "Qualcomm Linux 2.0 \\n \\l\n\n"
+    if rootfs is not None and (rootfs / "etc/issue").is_file():
+        parts = [rootfs / "etc/issue"] + sorted((rootfs / "etc/issue.d").glob("*.issue"))
+        issue = "".join(p.read_text(encoding="utf-8", errors="replace") for p in parts if p.is_file())
+        osr = _os_release(rootfs)
+    else:
+        osr = {}
+    text = _expand_issue(issue, hostname, osr)
+    return "\r\n" + text.replace("\n", "\r\n") + f"{hostname} login: "
+
+
+def _os_release(rootfs: Path) -> dict[str, str]:
+    out = {}
+    try:
+        lines = (rootfs / layout.OS_RELEASE.lstrip("/")).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip().strip('"')
+    return out
+
+
+def _expand_issue(text: str, hostname: str, osr: dict[str, str]) -> str:
+    """The agetty escapes our images use: \\n host name, \\l tty, \\S / \\S{VAR} from os-release."""
+    def sub(m: re.Match[str]) -> str:
+        code, var = m.group(1), m.group(2)
+        if code == "n":
+            return hostname
+        if code == "l":
+            return "ttyMSM0"
+        if code == "S":
+            return osr.get(var, "") if var else osr.get("PRETTY_NAME", "Linux")
+        return m.group(0)
+
+    return re.sub(r"\\([nlS])(?:\{(\w+)\})?", sub, text)
+
+
+def root_login_locked(board: VirtualBoard) -> bool:
+    """A flashed image whose root password field is ``*``/``!`` (production): no password matches."""
+    try:
+        text = (board.rootfs_dir / "etc/shadow").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    for line in text.splitlines():
+        fields = line.split(":")
+        if fields[0] == "root" and len(fields) > 1:
+            return fields[1].startswith(("*", "!"))
+    return False
 
 
 class Shell:
@@ -149,7 +200,11 @@ class Shell:
     def start_getty(self) -> None:
         self.enabled = True
         self.mode = "login"
-        self.write(getty_banner(self.hostname).encode())
+        self.write(getty_banner(self.hostname, self._flashed_rootfs()).encode())
+
+    def _flashed_rootfs(self) -> Path | None:
+        rootfs = self.board.rootfs_dir
+        return rootfs if (rootfs / "etc").is_dir() else None
 
     @property
     def hostname(self) -> str:
@@ -205,8 +260,8 @@ class Shell:
     def _line(self, line: str) -> None:
         if self.mode == "login":
             user = line.strip()
-            if not user:
-                self.write(f"{self.hostname} login: ".encode())
+            if not user:         # agetty shows the issue text again on an empty line
+                self.write(getty_banner(self.hostname, self._flashed_rootfs()).encode()[2:])
                 return
             self.user = user
             self.mode = "password"
@@ -219,7 +274,8 @@ class Shell:
         elif self.mode == "password":
             self.write(b"\r\n")
             self.board.reload()
-            ok = self.user == "root" and line == (self.board.data.get("root_password") or "")
+            ok = (self.user == "root" and not root_login_locked(self.board)
+                  and line == (self.board.data.get("root_password") or ""))
             line = ""          # drop the secret as early as possible
             if ok:
                 self.mode = "shell"

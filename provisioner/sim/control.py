@@ -79,7 +79,8 @@ def builtin_manifest(root: Path, board_id: str) -> Path:
         "manifest": 1, "release": f"sim-{b.id}-example", "board": b.id, "qli": "qli-2.0", "qairt": [qairt],
         "runtimes": [info.runtime], "models": [{"name": model_id, "kind": info.kind, "path": str(model),
                                                  "qairt": qairt}],
-        "image": {"variant": "production", "memlock": "unlimited", "download_mode": 0, "root_login": "disabled",
+        # A factory image: QLI's default console login (root / the board's password), crash dumps off.
+        "image": {"variant": "debug", "memlock": "unlimited", "download_mode": 0, "root_login": "debug",
                   "inference_user": "llm"},
     }
     path = cache / "manifest.yaml"

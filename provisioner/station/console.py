@@ -29,9 +29,24 @@ from provisioner.station.config import Credential
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
 LOGIN_RE = re.compile(r"(?:^|[\r\n])[^\r\n]*login:\s*$")
+LOGIN_HOST_RE = re.compile(r"(?:^|\n)([A-Za-z0-9][A-Za-z0-9._-]*) login:\s*$")
 PASSWORD_RE = re.compile(r"(?i)password:\s*$")
 SHELL_RE = re.compile(r"[#$]\s*$")
 INCORRECT_RE = re.compile(r"Login incorrect|Permission denied", re.I)
+
+
+class LoginRefused(StationError):
+    """Root cannot log in on this console: wrong or missing password, or an image that disables
+    root login (production). Callers that only need the release fall back to the banner."""
+
+
+BANNER_RE = re.compile(re.escape(layout.BANNER_RELEASE_PREFIX) + r"(\S+)")
+
+
+def banner_release(text: str) -> str | None:
+    """The release id the getty banner printed last (``edge-llm release <BUILD_ID>``), if any."""
+    found = BANNER_RE.findall(_ANSI.sub("", text))
+    return found[-1] if found else None
 
 
 @dataclass
@@ -73,6 +88,8 @@ class ConsoleDriver:
         self._log: Any = None
         self.logged_in = False
         self.prompt: str | None = None
+        self.banner: str | None = None        # release id from the last getty banner seen
+        self.banner_host: str | None = None   # host name agetty put before "login:"
 
     # -- port handling -------------------------------------------------------------------
     def open(self) -> ConsoleDriver:
@@ -222,7 +239,8 @@ class ConsoleDriver:
                     typed = ""
                     self.write("\r")
                 continue
-            kind, _ = got
+            kind, seen = got
+            self._note_banner(seen)
             if kind == "incorrect":
                 typed = ""
                 if abandoned:
@@ -231,7 +249,7 @@ class ConsoleDriver:
                 # Line noise can spoil one attempt; a wrong password fails every time.
                 refused += 1
                 if refused >= 2:
-                    raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
+                    raise LoginRefused(f"console {self.port}: login as {self.credential.user} was refused",
                                        f"check the password in {self.credential.describe()}")
                 continue
             if kind == "login":
@@ -242,7 +260,7 @@ class ConsoleDriver:
                 if typed == "password":
                     refused += 1
                     if refused >= 2:
-                        raise StationError(f"console {self.port}: login as {self.credential.user} was refused",
+                        raise LoginRefused(f"console {self.port}: login as {self.credential.user} was refused",
                                            f"check the password in {self.credential.describe()}")
                 self.drain(0.3)   # swallow further queued prompts before typing
                 self.write(self.credential.user + "\r")
@@ -255,7 +273,7 @@ class ConsoleDriver:
                     continue
                 secret = self.credential.secret()
                 if secret is None:
-                    raise StationError(f"console {self.port} asks for a password and none is configured",
+                    raise LoginRefused(f"console {self.port} asks for a password and none is configured",
                                        f"set {self.credential.describe()}")
                 self.write(secret + "\r", secret=True)
                 typed, typed_at = "password", time.monotonic()
@@ -378,10 +396,17 @@ class ConsoleDriver:
         return int(back) if back and back.isdigit() else None
 
     def wait_for_boot(self, timeout_s: float = 120.0) -> str:
-        """Capture the boot log until the login prompt (or a shell prompt) appears."""
+        """Capture the boot log until the login prompt appears; remembers the banner's release."""
         self.logged_in = False
         got = self.expect({"login": LOGIN_RE}, timeout_s)
         if got is None:
             raise StationError(f"console {self.port}: board did not reach a login prompt within {timeout_s:g} s",
                                "check the boot log in the station log folder")
+        self._note_banner(got[1])
         return got[1]
+
+    def _note_banner(self, text: str) -> None:
+        self.banner = banner_release(text) or self.banner
+        m = LOGIN_HOST_RE.search(text)
+        if m:
+            self.banner_host = m.group(1)

@@ -22,7 +22,7 @@ from provisioner.errors import StationError, UserError
 from provisioner.station import edl
 from provisioner.station.bundle import Preflight
 from provisioner.station.config import Credential
-from provisioner.station.console import ConsoleDriver
+from provisioner.station.console import ConsoleDriver, LoginRefused
 from provisioner.station.qdl import QdlDriver, QdlProgress
 
 STATES = ("unknown", "edl", "flashing", "flashed", "booted", "verified")
@@ -177,7 +177,13 @@ class BoardStrategy:
                                "hold the EDL button at power-on, or add its console to station.yaml")
         with ConsoleDriver(self.target.console, baudrate=self.s.baudrate, credential=self.s.credential,
                            log_path=self.console_log) as con:
-            con.ensure_shell()
+            try:
+                con.ensure_shell()
+            except LoginRefused as exc:
+                raise StationError(f"board {self.target.serial} is not in EDL and root cannot log in on its console "
+                                   f"({exc.message})", "production images disable root login: hold the EDL "
+                                   "button at power-on, or set the console password if this is a debug image"
+                                   ) from None
             self.emit("edl", "progress", action="reboot edl", console=self.target.console)
             con.reboot_edl()
         dev = edl.wait_for_device(self.s.sysfs_root, self.target.serial, timeout_s=self.s.edl_timeout_s,
@@ -263,28 +269,41 @@ class BoardStrategy:
         return con
 
     def _boot(self) -> None:
+        """Wait for the login prompt and read the board's identity back.
+
+        With a root login (debug images, factory password) that is the full identity. A
+        production image refuses root on the console; then the getty banner, which the layer
+        makes print ``edge-llm release <BUILD_ID>``, is the evidence, and the fleet's SSH checks
+        read the rest later.
+        """
         deadline = time.monotonic() + self.s.boot_timeout_s
-        captured = self._stop_capture()
-        if captured is not None and captured.ser is not None:
+        con = self._stop_capture()
+        if con is not None and con.ser is not None:
             try:
-                captured.ensure_shell(timeout_s=max(1.0, deadline - time.monotonic()))
-                self.identity = captured.identity()
-            finally:
-                captured.close()
-            self.boot_log = self.console_log
-            return
-        con = self._console()
-        while True:
-            try:
-                con.open()
-                break
+                con.wait_for_boot(timeout_s=max(1.0, deadline - time.monotonic()))
             except StationError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+                con.close()
+                raise
+        else:
+            con = self._console()
+            while True:
+                try:
+                    con.open()
+                    break
+                except StationError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         try:
-            con.ensure_shell(timeout_s=max(1.0, deadline - time.monotonic()))
-            self.identity = con.identity()
+            try:
+                con.ensure_shell(timeout_s=max(1.0, deadline - time.monotonic()))
+                self.identity = con.identity()
+            except LoginRefused as exc:
+                if con.banner is None:
+                    raise
+                self.identity = {"console": self.target.console, "build_id": con.banner,
+                                 "hostname": con.banner_host, "source": "console banner"}
+                self.emit("boot", "progress", note=f"identity from the console banner ({exc.message})")
         finally:
             con.close()
         self.boot_log = self.console_log
@@ -295,7 +314,7 @@ class BoardStrategy:
         problems = []
         if ident.get("build_id") != pf.release_id:
             problems.append(f"BUILD_ID is {ident.get('build_id')!r}, expected {pf.release_id!r}")
-        if ident.get("machine") != pf.board.soc0_machine:
+        if ident.get("source") != "console banner" and ident.get("machine") != pf.board.soc0_machine:
             problems.append(f"soc0 machine is {ident.get('machine')!r}, expected {pf.board.soc0_machine!r}")
         if ident.get("serial") and ident["serial"] != self.target.serial:
             problems.append(f"console {self.target.console} shows board {ident['serial']}, not {self.target.serial}")

@@ -300,6 +300,8 @@ def test_login_policy(policy, tmp_path, distro_layer):
     dest = Path(d.getVar("D"))
     keys = dest / "root/.ssh/authorized_keys"
     dropin = dest / "etc/ssh/sshd_config.d/50-edge-llm.conf"
+    # the console banner the station reads on boards where root cannot log in
+    assert (dest / layout.ISSUE_SNIPPET.lstrip("/")).read_text() == layout.ISSUE_TEXT
     if policy == "keys-only":
         assert keys.read_text() == "ssh-ed25519 AAAA1 a@b\nssh-ed25519 AAAA2 c@d\n"
         assert oct(keys.stat().st_mode & 0o777) == "0o600"

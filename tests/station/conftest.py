@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provisioner.image.release import write_release
 from provisioner.manifest import load_manifest
@@ -19,8 +20,15 @@ from provisioner.station.config import StationConfig
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _release(tmp: Path, example: str, model: str) -> Path:
-    manifest = load_manifest(ROOT / "examples" / example)
+def _release(tmp: Path, example: str, model: str, image: dict | None = None) -> Path:
+    if image:
+        data = yaml.safe_load((ROOT / "examples" / example).read_text())
+        data["image"] = image
+        data["release"] += "-" + image["variant"]
+        (tmp / example).write_text(yaml.safe_dump(data))
+        manifest = load_manifest(tmp / example)
+    else:
+        manifest = load_manifest(ROOT / "examples" / example)
     mf = make_litertlm(tmp / f"{model}.litertlm")
     bundle = make_bundle(manifest, tmp / "bundle", model_files={model: mf})
     return write_release(manifest, bundle, tmp / "out", simulated=True)
@@ -30,6 +38,13 @@ def _release(tmp: Path, example: str, model: str) -> Path:
 def release_8275(tmp_path_factory) -> Path:
     """A release folder (release.json + flash/<bundle>) for the IQ-8275 EVK."""
     return _release(tmp_path_factory.mktemp("rel8275"), "gemma4-e2b-iq8275.yaml", "gemma-4-e2b")
+
+
+@pytest.fixture(scope="session")
+def release_8275_debug(tmp_path_factory) -> Path:
+    """The same board and model as a debug image: root may log in on the console."""
+    return _release(tmp_path_factory.mktemp("rel8275dbg"), "gemma4-e2b-iq8275.yaml", "gemma-4-e2b",
+                    image={"variant": "debug", "root_login": "debug", "memlock": "unlimited"})
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from provisioner.cli import main
 from provisioner.sim import control
 from provisioner.station.config import Credential
 from provisioner.station.console import ConsoleDriver
+from provisioner.station.flash import flash_release
 from provisioner.station.records import Records, build_inventory
 
 from .test_flash import _assert_flashed
@@ -101,10 +102,39 @@ def test_flash_with_boot_check_reads_new_release_back(booted, station, release_8
         hist = rec.history()
     for r, b in zip(run["boards"], boards, strict=True):
         assert r["state"] == "verified" and r["identity"]["build_id"] == "gemma4-e2b-iq8275-2026.11" != old
+        # the example is a production image: root cannot log in on the console, the banner tells
+        assert r["identity"]["source"] == "console banner"
+        assert "edge-llm release gemma4-e2b-iq8275-2026.11" in b.log_path.read_text(errors="replace")
         _assert_flashed(b.reload(), next((release_8275 / "flash").iterdir()))
     assert {h["identity"]["build_id"] for h in hist} == {"gemma4-e2b-iq8275-2026.11"}
     hosts = inv["all"]["children"]["iq_8275_evk"]["hosts"]
     assert sorted(hosts) == sorted(r["identity"]["hostname"] for r in run["boards"])
+
+
+def test_debug_image_boot_check_logs_in_and_a_production_board_cannot_be_sent_to_edl(booted, station,
+                                                                                      release_8275,
+                                                                                      release_8275_debug):
+    """Debug image: the station logs in after the reboot and checks soc0 machine and serial too.
+    Production image on the board: the next flash cannot send it to EDL over the console, and
+    says what to do instead."""
+    vb = booted(1)[0]
+    station.config.consoles = {vb.serial: str(vb.console_link)}
+    with Records(station.config.database) as rec:
+        run = flash_release(release_8275_debug, station.config, serials=[vb.serial], boot_check=True,
+                            boot_timeout_s=30, edl_timeout_s=15, records=rec)
+        assert run.ok, [r.error for r in run.results]
+        ident = run.results[0].identity
+        assert "source" not in ident
+        assert (ident["build_id"], ident["machine"], ident["serial"]) == (
+            "gemma4-e2b-iq8275-2026.11-debug", "QCS8275", vb.serial)
+
+        run = flash_release(release_8275, station.config, serials=[vb.serial], boot_check=True,
+                            boot_timeout_s=30, edl_timeout_s=15, records=rec)
+        assert run.ok and run.results[0].identity["source"] == "console banner"
+        run = flash_release(release_8275, station.config, serials=[vb.serial], edl_timeout_s=15, records=rec)
+    assert not run.ok
+    assert "root cannot log in on its console" in run.results[0].error
+    assert "hold the EDL button" in run.results[0].error
 
 
 def test_console_option_must_be_board_equals_tty(station, release_8275, capsys):

@@ -1,6 +1,8 @@
-SUMMARY = "Root login policy of an edge-llm image and the fleet's SSH public keys"
+SUMMARY = "Root login policy, fleet SSH keys and release banner of an edge-llm image"
 DESCRIPTION = "keys-only: root logs in with the manifest's SSH public keys only; disabled: no root \
-               login over SSH; debug: QLI's defaults (empty/default passwords) stay."
+               login over SSH; debug: QLI's defaults (empty/default passwords) stay. Every policy gets a \
+               getty banner line with the release id, so a station can check a production board's boot \
+               on the console without logging in."
 SECTION = "base"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
@@ -13,6 +15,9 @@ EDGE_LLM_SSH_AUTHORIZED_KEYS ??= ""
 inherit allarch
 
 EDGE_LLM_SSHD_DROPIN = "${sysconfdir}/ssh/sshd_config.d/50-edge-llm.conf"
+# provisioner/layout.py ISSUE_SNIPPET; agetty expands \S{BUILD_ID} from os-release at every prompt,
+# so this file never changes between releases (no rebuild, sstate stays valid).
+EDGE_LLM_ISSUE_FILE = "${sysconfdir}/issue.d/50-edge-llm.issue"
 EDGE_LLM_ROOT_HOME = "${ROOT_HOME}"
 
 python do_install() {
@@ -27,6 +32,10 @@ python do_install() {
     if policy == "keys-only" and not keys:
         bb.fatal("EDGE_LLM_LOGIN_POLICY is keys-only but EDGE_LLM_SSH_AUTHORIZED_KEYS is empty -> add a key")
     dest = d.getVar("D")
+    issue = dest + d.getVar("EDGE_LLM_ISSUE_FILE")
+    os.makedirs(os.path.dirname(issue), exist_ok=True)
+    with open(issue, "w") as f:
+        f.write("edge-llm release \\S{BUILD_ID}\n\n")
     if policy != "debug":
         dropin = dest + d.getVar("EDGE_LLM_SSHD_DROPIN")
         os.makedirs(os.path.dirname(dropin), exist_ok=True)
@@ -44,5 +53,5 @@ python do_install() {
         os.chmod(path, 0o600)
 }
 
-FILES:${PN} += "${EDGE_LLM_SSHD_DROPIN} ${EDGE_LLM_ROOT_HOME}/.ssh"
+FILES:${PN} += "${EDGE_LLM_SSHD_DROPIN} ${EDGE_LLM_ROOT_HOME}/.ssh ${EDGE_LLM_ISSUE_FILE}"
 ALLOW_EMPTY:${PN} = "1"
