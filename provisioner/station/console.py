@@ -32,6 +32,7 @@ LOGIN_RE = re.compile(r"(?:^|[\r\n])[^\r\n]*login:\s*$")
 LOGIN_HOST_RE = re.compile(r"(?:^|\n)([A-Za-z0-9][A-Za-z0-9._-]*) login:\s*$")
 PASSWORD_RE = re.compile(r"(?i)password:\s*$")
 SHELL_RE = re.compile(r"[#$]\s*$")
+PROMPT_LINE_RE = re.compile(r"(?:^|\n)[\w.@:~/-]*[#$] ?$")   # a whole line that is only a prompt
 INCORRECT_RE = re.compile(r"Login incorrect|Permission denied", re.I)
 
 
@@ -396,9 +397,10 @@ class ConsoleDriver:
         return int(back) if back and back.isdigit() else None
 
     def wait_for_boot(self, timeout_s: float = 120.0) -> str:
-        """Capture the boot log until the login prompt appears; remembers the banner's release."""
+        """Capture the boot log until a login prompt (or an autologin shell prompt) appears;
+        remembers the banner's release."""
         self.logged_in = False
-        got = self.expect({"login": LOGIN_RE}, timeout_s)
+        got = self.expect({"login": LOGIN_RE, "shell": PROMPT_LINE_RE}, timeout_s)
         if got is None:
             raise StationError(f"console {self.port}: board did not reach a login prompt within {timeout_s:g} s",
                                "check the boot log in the station log folder")
