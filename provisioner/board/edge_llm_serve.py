@@ -79,13 +79,14 @@ def apply_chat_template(template: str, prompt: str, system: str | None = None) -
 # ---------------------------------------------------------------------------------------------
 
 
-def build_argv(cfg: dict[str, Any], prompt_text: str, workdir: str, max_tokens: int | None = None
-               ) -> tuple[list[str], dict[str, str]]:
+def build_argv(cfg: dict[str, Any], prompt_text: str, workdir: str, max_tokens: int | None = None, *,
+               genie_config: str | None = None) -> tuple[list[str], dict[str, str]]:
     """argv for one completion and the files to write into ``workdir`` first.
 
     Returns (argv, files) where files maps a path inside ``workdir`` to its content. The prompt
     is already templated. The profile path is fresh for every run because genie-t2t-run refuses
-    to overwrite an existing profile.
+    to overwrite an existing profile. ``genie_config`` replaces the model's config file (see
+    :func:`genie_config_with_limit`).
     """
     runtime = cfg["runtime"]
     model_dir = cfg["model_dir"]
@@ -96,13 +97,49 @@ def build_argv(cfg: dict[str, Any], prompt_text: str, workdir: str, max_tokens: 
     elif runtime == "genie":
         prompt_file = os.path.join(workdir, "prompt.txt")
         files[prompt_file] = prompt_text
-        argv = [cfg["executable"], "-c", f"{model_dir}/{cfg.get('genie_config') or 'genie_config.json'}",
+        config = genie_config or f"{model_dir}/{cfg.get('genie_config') or 'genie_config.json'}"
+        argv = [cfg["executable"], "-c", config,
                 "--prompt_file", prompt_file, "--profile", os.path.join(workdir, "profile.json")]
     else:
         raise ValueError(f"unknown runtime {runtime!r}")
     if max_tokens is not None and cfg.get("max_tokens_flag"):
         argv += [str(cfg["max_tokens_flag"]), str(int(max_tokens))]
     return argv, files
+
+
+def genie_config_with_limit(cfg: dict[str, Any], max_tokens: int) -> str | None:
+    """The model's Genie config with ``dialog.max-num-tokens`` set, as JSON text, or None.
+
+    genie-t2t-run has no token-limit flag; the dialog config has ``max-num-tokens``. The copy
+    lives in a temp dir, so the files it names (context binaries, tokenizer, backend extensions)
+    become absolute paths into the model folder. Only ``basic`` dialogs get it: other dialog
+    types (e.g. ``lade``) are known to crash with it, and keep the service-side cut.
+    """
+    base = cfg["model_dir"]
+    try:
+        with open(os.path.join(base, cfg.get("genie_config") or "genie_config.json"), encoding="utf-8") as fh:
+            data = json.load(fh)
+        dialog = data["dialog"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(dialog, dict) or dialog.get("type", "basic") != "basic":
+        return None
+
+    def absolute(path: Any) -> Any:
+        return os.path.join(base, path) if isinstance(path, str) and not os.path.isabs(path) else path
+
+    dialog["max-num-tokens"] = int(max_tokens)
+    tokenizer = dialog.get("tokenizer")
+    if isinstance(tokenizer, dict) and "path" in tokenizer:
+        tokenizer["path"] = absolute(tokenizer["path"])
+    engine = dialog.get("engine") if isinstance(dialog.get("engine"), dict) else {}
+    binary = (engine.get("model") or {}).get("binary") if isinstance(engine.get("model"), dict) else None
+    if isinstance(binary, dict) and isinstance(binary.get("ctx-bins"), list):
+        binary["ctx-bins"] = [absolute(b) for b in binary["ctx-bins"]]
+    backend = engine.get("backend")
+    if isinstance(backend, dict) and "extensions" in backend:
+        backend["extensions"] = absolute(backend["extensions"])
+    return json.dumps(data, indent=2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,7 +316,16 @@ def run_completion(cfg: dict[str, Any], prompt: str, max_tokens: int | None = No
     env.update({k: str(v) for k, v in (cfg.get("env") or {}).items()})
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edge-llm-") as work:
-        argv, files = build_argv(cfg, templated, work, max_tokens)
+        limited = bool(cfg.get("max_tokens_flag"))
+        genie_config = None
+        if max_tokens is not None and cfg["runtime"] == "genie" and not limited:
+            text = genie_config_with_limit(cfg, max_tokens)
+            if text is not None:
+                genie_config = os.path.join(work, "genie_config.json")
+                with open(genie_config, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                limited = True
+        argv, files = build_argv(cfg, templated, work, max_tokens, genie_config=genie_config)
         for path, content in files.items():
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(content)
@@ -302,7 +348,7 @@ def run_completion(cfg: dict[str, Any], prompt: str, max_tokens: int | None = No
         raise RuntimeFailed(f"runtime exited with status {proc.returncode}", tail)
     parsed = parse_run(cfg["runtime"], proc.stdout, profile)
     text = parsed.get("text") or ""
-    if max_tokens is not None and not cfg.get("max_tokens_flag"):
+    if max_tokens is not None and not limited:
         words = text.split(" ")
         if len(words) > max_tokens:   # runtime without a limit flag: cut the text, keep timing honest
             text = " ".join(words[:max_tokens])

@@ -147,6 +147,40 @@ def test_genie_argv_uses_a_prompt_file_and_a_fresh_profile(tmp_path):
     assert not Path(argv[argv.index("--profile") + 1]).exists()
 
 
+# A stand-in genie-t2t-run that answers with what its -c config asks for: the token limit and
+# whether every file the config names can be opened from where it runs.
+FAKE_GENIE = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+cfg = json.load(open(args[args.index("-c") + 1]))
+d = cfg["dialog"]
+files = d["engine"]["model"]["binary"]["ctx-bins"] + [d["tokenizer"]["path"]]
+print("[BEGIN]: limit=%s files_ok=%s one two three four five six seven eight nine ten[END]"
+      % (d.get("max-num-tokens"), all(os.path.isfile(f) for f in files)))
+"""
+
+
+@pytest.mark.parametrize("dialog_type,limit_in_config", [("basic", True), ("lade", False)])
+def test_genie_max_tokens_goes_into_the_dialog_config(tmp_path, dialog_type, limit_in_config):
+    exe = tmp_path / "genie-t2t-run"
+    exe.write_text(FAKE_GENIE.format(python=sys.executable))
+    exe.chmod(0o755)
+    mdir = tmp_path / "bundle"
+    mdir.mkdir()
+    for name in ("model.bin", "tokenizer.json"):
+        (mdir / name).write_bytes(b"x")
+    (mdir / "genie_config.json").write_text(json.dumps({"dialog": {
+        "version": 1, "type": dialog_type, "tokenizer": {"version": 1, "path": "tokenizer.json"},
+        "engine": {"model": {"binary": {"ctx-bins": ["model.bin"]}}}}}))
+    cfg = dict(serve.DEFAULTS, model="nano", runtime="genie", model_dir=str(mdir), executable=str(exe))
+    out = serve.run_completion(cfg, "Explain gravity.", max_tokens=5)
+    if limit_in_config:   # the runtime stops itself; the text is not cut afterwards
+        assert out["text"].startswith("limit=5 files_ok=True") and out["text"].endswith("ten")
+    else:                 # a lade dialog crashes with max-num-tokens: service-side cut instead
+        assert out["text"] == "limit=None files_ok=True one two three"
+    assert json.loads((mdir / "genie_config.json").read_text())["dialog"].get("max-num-tokens") is None
+
+
 def test_bad_config_is_one_line_exit_2(tmp_path):
     p = tmp_path / "c.json"
     p.write_text(json.dumps({"model": "m", "runtime": "tflite", "model_dir": "/x", "executable": "/y"}))
