@@ -10,10 +10,11 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def _width(stream) -> int | None:
@@ -21,8 +22,24 @@ def _width(stream) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS") else 160
 
 
-stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-stderr = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+def __getattr__(name: str) -> Any:
+    """``ui.stdout`` and ``ui.stderr``: rich consoles, made on first use.
+
+    Importing rich costs ~30 ms of start-up; ``provisioner inspect --json`` answers in well under
+    that and never prints through rich, so the consoles (and rich) wait until someone needs them.
+    """
+    if name not in ("stdout", "stderr"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    stream = sys.stderr if name == "stderr" else sys.stdout
+    console = Console(stderr=name == "stderr", highlight=False, soft_wrap=True, width=_width(stream))
+    globals()[name] = console  # later lookups find the module attribute, not this hook
+    return console
+
+
+def _stderr() -> Console:
+    return globals()["stderr"] if "stderr" in globals() else __getattr__("stderr")
 
 
 class Reporter:
@@ -33,8 +50,19 @@ class Reporter:
     """
 
     def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
-        self.console = console or stderr
+        self._console = console
         self.quiet = quiet
+
+    @property
+    def console(self) -> Console:
+        """The console messages go to (stderr unless given); made on first use, like rich itself."""
+        if self._console is None:
+            self._console = _stderr()
+        return self._console
+
+    @console.setter
+    def console(self, console: Console) -> None:
+        self._console = console
 
     def info(self, message: str) -> None:
         if not self.quiet:
@@ -56,6 +84,8 @@ def print_json(data: Any) -> None:
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     """A plain rich table; cells are converted with ``str``."""
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left")
     for col in columns:
         t.add_column(col)

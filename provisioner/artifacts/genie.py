@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from provisioner import catalog
 from provisioner.artifacts.litertlm import BUILD_ID_RE, CountingReader
 from provisioner.errors import ArtifactError
@@ -180,6 +178,8 @@ def read_genie(path: str | Path) -> GenieInfo:
     qairt_raw = qairt = None
     tv = d / TOOL_VERSIONS
     if tv.is_file():
+        import yaml  # only bundles need it: keeps yaml out of `inspect FILE.litertlm` start-up
+
         try:
             data = yaml.safe_load(tv.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:

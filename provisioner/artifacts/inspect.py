@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from provisioner import catalog
-from provisioner.artifacts.genie import read_genie
 from provisioner.artifacts.litertlm import read_litertlm
-from provisioner.catalog import Board
 from provisioner.errors import ArtifactError
+
+if TYPE_CHECKING:
+    from provisioner.catalog import Board
+
+# The catalog (YAML) and the Genie reader are imported where they are used: `provisioner inspect
+# FILE.litertlm` needs neither, and its whole run is about as long as their import.
 
 
 @dataclass
@@ -103,6 +106,9 @@ def _litertlm(p: Path) -> Inspection:
 
 
 def _genie(p: Path) -> Inspection:
+    from provisioner import catalog
+    from provisioner.artifacts.genie import read_genie
+
     info = read_genie(p)
     target = None
     if info.soc_model is not None and info.soc_model in catalog.soc_models():
@@ -122,6 +128,8 @@ def _soc_names(board: Board) -> set[str]:
 
 def _judge(ins: Inspection, board: Board) -> None:
     """Add the reasons ``ins`` cannot run on ``board`` (SoC, Hexagon arch, QAIRT known)."""
+    from provisioner import catalog
+
     if ins.kind == "genie":
         if ins.soc_model not in (None, 0) and ins.soc_model != board.qnn_soc_model:
             other = catalog.soc_models().get(ins.soc_model, {}).get("soc", "an unknown SoC")

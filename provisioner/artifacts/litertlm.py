@@ -7,8 +7,20 @@ TFLite operator tables and the first bytes of each context binary. Everything he
 offset and counts the bytes it read, so ``provisioner inspect`` stays fast on a slow disk and
 ``bench/inspect.py`` can prove it.
 
-The header is decoded with the official ``litert-lm-builder`` flatbuffer accessors and the TFLite
-model with the generated ``tflite`` schema package; nothing hand-parses either schema.
+Why no ``litert_lm_builder``/``tflite``/``flatbuffers``/``protobuf`` imports: together they pull
+in numpy, absl and protobuf - about 0.2 s of start-up, a hundred times the reading itself, and
+``provisioner inspect`` is meant to be a one-second check. The three wire formats involved are
+small and stable, so this module reads exactly the fields it needs with ``struct``:
+
+* FlatBuffers tables/vectors/strings (:class:`_Flat`) for the LiteRT-LM header
+  (``LiteRTLMMetaData``) and the TFLite ``Model`` (operator codes, operators, custom options);
+* a FlexBuffers map of scalars and strings (:func:`_flex_map`) for a ``DISPATCH_OP``'s options;
+* protobuf varint/length fields (:func:`_proto_fields`) for the LLM metadata.
+
+The slot and field numbers below come from the schemas' generated code shipped in the
+``litert-lm-builder`` and ``tflite`` packages; ``tests/artifacts/test_litertlm_schema.py`` checks
+them against the installed packages, so a schema change shows up as a failing test. Every offset
+is bounds-checked: a corrupt file gives one :class:`ArtifactError` line, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,11 +28,11 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import catalog
 from provisioner.errors import ArtifactError
 
 DISPATCH_OP = "DISPATCH_OP"
@@ -32,23 +44,55 @@ CTX_MAX_WINDOW = 1024 * 1024
 BUILD_ID_RE = re.compile(rb"v(\d+\.\d+\.\d+\.\d{6})\d*")
 TARGET_RE = re.compile(r"_qualcomm_([a-z]+\d+[a-z]*)", re.IGNORECASE)
 
+# --- LiteRT-LM container (litert_lm_builder.litertlm_core) ---
+MAGIC = b"LITERTLM"
+MAJOR_VERSION = 1  # the format major version this reader understands
+HEADER_BEGIN = 32  # the header flatbuffer starts after the 32-byte preamble
+HEADER_END_AT = 24  # u64 in the preamble: where the header flatbuffer ends
 
-class _OutOfWindow(Exception):
-    """A flatbuffer access went past the bytes read so far: read more and retry."""
+# --- LiteRT-LM header schema (litertlm_header_schema_py_generated): table -> field slot ---
+HDR_SYSTEM_METADATA, HDR_SECTION_METADATA = 0, 1  # LiteRTLMMetaData
+SYSTEM_ENTRIES = 0  # SystemMetadata.entries: [KeyValuePair]
+SECTIONS_OBJECTS = 0  # SectionMetadata.objects: [SectionObject]
+SECTION_ITEMS, SECTION_BEGIN, SECTION_END, SECTION_DATA_TYPE = 0, 1, 2, 3  # SectionObject
+KV_KEY, KV_VALUE_TYPE, KV_VALUE = 0, 1, 2  # KeyValuePair (value: union VData, one-field tables)
+# VData union member -> (name, struct format of its ``value`` field, or None for a string)
+VDATA: dict[int, tuple[str, str | None]] = {
+    1: ("UInt8", "<B"), 2: ("Int8", "<b"), 3: ("UInt16", "<H"), 4: ("Int16", "<h"), 5: ("UInt32", "<I"),
+    6: ("Int32", "<i"), 7: ("Float32", "<f"), 8: ("Bool", "<?"), 9: ("StringValue", None), 10: ("UInt64", "<Q"),
+    11: ("Int64", "<q"), 12: ("Double", "<d"),
+}
+SECTION_TYPES = {
+    0: "NONE", 1: "GenericBinaryData", 2: "Deprecated", 3: "TFLiteModel", 4: "SP_Tokenizer", 5: "LlmMetadataProto",
+    6: "HF_Tokenizer_Zlib", 7: "TFLiteWeights", 8: "EmbeddingMetadataProto", 9: "ExecutorMetadataProto",
+    10: "TtsMetadataProto", 11: "AsrMetadataProto",
+}
+
+# --- TFLite schema (tflite package): table -> field slot ---
+MODEL_OPERATOR_CODES, MODEL_SUBGRAPHS = 1, 2  # Model
+OPCODE_CUSTOM_CODE = 1  # OperatorCode
+SUBGRAPH_OPERATORS = 3  # SubGraph
+OPERATOR_OPCODE_INDEX, OPERATOR_CUSTOM_OPTIONS = 0, 5  # Operator
+TFLITE_IDENTIFIER = b"TFL3"
+
+# --- LlmMetadata protobuf (litert_lm_builder.runtime.proto.llm_metadata_pb2): field numbers ---
+LLM_MAX_NUM_TOKENS, LLM_MODEL_TYPE, LLM_JINJA_TEMPLATE = 5, 6, 7
+LLM_SUPPORTS_THINKING, LLM_SUPPORTS_FUNCTION_CALLING, LLM_MIN_RUNTIME_VERSION = 11, 12, 14
+# LlmModelType's ``model_type`` oneof: field number -> name (newer ones are looked up in the schema)
+LLM_MODEL_TYPES = {
+    1: "generic_model", 2: "gemma3n", 3: "function_gemma", 4: "gemma3", 5: "qwen3", 7: "qwen2p5", 8: "gemma4",
+    9: "fast_vlm", 11: "lfm2", 12: "minicpm5", 13: "minicpmv4",
+}
+
+_U8, _U16, _U32, _I32, _U64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q"))
 
 
-class _Window(bytes):
-    """Bytes that refuse slices past their end.
+class _Corrupt(Exception):
+    """An offset or length in the file points nowhere sensible."""
 
-    Flatbuffer accessors slice strings and vectors silently short when the buffer ends early;
-    raising instead lets the reader grow its window only when needed, and never trust a
-    half-read op table.
-    """
 
-    def __getitem__(self, key):  # type: ignore[override]
-        if isinstance(key, slice) and key.stop is not None and key.stop > len(self):
-            raise _OutOfWindow(key.stop)
-        return super().__getitem__(key)
+class _OutOfWindow(_Corrupt):
+    """A read went past the bytes read so far: read more of the file and retry (or it is truncated)."""
 
 
 class CountingReader:
@@ -190,22 +234,94 @@ def _allowed(constraint: str | None) -> set[str]:
     return {c.strip() for c in constraint.split(",") if c.strip()}
 
 
-def _kv(kvp: Any) -> tuple[str, Any]:
-    """Decode a header KeyValuePair with the builder's generated union accessors (VData -> table)."""
-    from litert_lm_builder import litertlm_header_schema_py_generated as schema
+class _Flat:
+    """Just enough of the FlatBuffers binary format to follow tables, vectors and strings.
 
-    key = (kvp.Key() or b"").decode("utf-8", "replace")
-    names = {v: k for k, v in vars(schema.VData).items() if not k.startswith("_")}
-    name = names.get(kvp.ValueType())
-    table = kvp.Value()
-    if table is None or name in (None, "NONE"):
+    A table starts with a signed offset back to its vtable; the vtable lists, per field slot, the
+    field's offset inside the table (0 = absent, use the default). Vectors and strings are a u32
+    length followed by the data; references to them are u32 offsets forward from where they are
+    stored. Every read is bounds-checked: past the end of ``buf`` raises :class:`_OutOfWindow`
+    (the caller may read more of the file), anything else impossible raises :class:`_Corrupt`.
+    """
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+
+    def get(self, fmt: struct.Struct, pos: int) -> Any:
+        if pos < 0:
+            raise _Corrupt(f"offset {pos} before the start")
+        if pos + fmt.size > len(self.buf):
+            raise _OutOfWindow(f"offset {pos} beyond {len(self.buf)} bytes")
+        return fmt.unpack_from(self.buf, pos)[0]
+
+    def deref(self, pos: int) -> int:
+        """Follow the u32 offset stored at ``pos`` (to a table, vector or string)."""
+        return pos + self.get(_U32, pos)
+
+    def root(self) -> int:
+        return self.deref(0)
+
+    def field(self, table: int, slot: int) -> int | None:
+        """Absolute position of field ``slot`` of the table at ``table``; None when absent."""
+        vtable = table - self.get(_I32, table)
+        vtable_size = self.get(_U16, vtable)
+        if vtable_size < 4 or vtable_size % 2:
+            raise _Corrupt(f"vtable at {vtable} has size {vtable_size}")
+        entry = 4 + 2 * slot
+        if entry + 2 > vtable_size:
+            return None  # written by an older schema: the field is absent
+        offset = self.get(_U16, vtable + entry)
+        return table + offset if offset else None
+
+    def scalar(self, table: int, slot: int, fmt: struct.Struct, default: Any = 0) -> Any:
+        pos = self.field(table, slot)
+        return default if pos is None else self.get(fmt, pos)
+
+    def table(self, table: int, slot: int) -> int | None:
+        pos = self.field(table, slot)
+        return None if pos is None else self.deref(pos)
+
+    def _span(self, table: int, slot: int, elem_size: int) -> tuple[int, int] | None:
+        ref = self.table(table, slot)
+        if ref is None:
+            return None
+        n = self.get(_U32, ref)
+        if ref + 4 + n * elem_size > len(self.buf):
+            raise _OutOfWindow(f"vector at {ref} of {n} elements ends beyond {len(self.buf)} bytes")
+        return ref + 4, n
+
+    def tables(self, table: int, slot: int) -> list[int] | None:
+        """Positions of the tables in the vector field ``slot`` (None when absent)."""
+        span = self._span(table, slot, 4)
+        if span is None:
+            return None
+        start, n = span
+        return [self.deref(start + 4 * i) for i in range(n)]
+
+    def bytes(self, table: int, slot: int) -> bytes | None:
+        """A string or ``[ubyte]`` field's bytes (None when absent)."""
+        span = self._span(table, slot, 1)
+        if span is None:
+            return None
+        start, n = span
+        return self.buf[start:start + n]
+
+
+def _kv(fb: _Flat, kvp: int) -> tuple[str, Any]:
+    """Decode a header KeyValuePair: the union ``value`` is a one-field table of the tagged type."""
+    key = (fb.bytes(kvp, KV_KEY) or b"").decode("utf-8", "replace")
+    member = VDATA.get(fb.scalar(kvp, KV_VALUE_TYPE, _U8))
+    value_table = fb.table(kvp, KV_VALUE)
+    if member is None or value_table is None:
         return key, None
-    obj = getattr(schema, name)()
-    obj.Init(table.Bytes, table.Pos)
-    value = obj.Value()
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return key, value
+    name, fmt = member
+    if fmt is None:  # StringValue
+        raw = fb.bytes(value_table, 0)
+        return key, None if raw is None else raw.decode("utf-8", "replace")
+    default = False if name == "Bool" else 0.0 if name in ("Float32", "Double") else 0
+    return key, fb.scalar(value_table, 0, struct.Struct(fmt), default)
 
 
 def read_litertlm(path: str | Path) -> LitertlmInfo:
@@ -215,34 +331,32 @@ def read_litertlm(path: str | Path) -> LitertlmInfo:
     whose header is corrupt. A truncated file is *not* an error here: the caller reports it with
     everything else it found.
     """
-    from litert_lm_builder import litertlm_core as core
-
     path = Path(path)
     with CountingReader(path) as r:
-        pre = r.read_at(0, core.HEADER_BEGIN_BYTE_OFFSET)
-        if len(pre) < core.HEADER_BEGIN_BYTE_OFFSET or pre[:8] != core.HEADER_MAGIC_BYTES:
+        pre = r.read_at(0, HEADER_BEGIN)
+        if len(pre) < HEADER_BEGIN or pre[:8] != MAGIC:
             what = "file is shorter than the 32-byte preamble" if len(pre) < 8 else f"magic is {pre[:8]!r}"
             raise ArtifactError(f"{path}: not a .litertlm file ({what}, expected b'LITERTLM')",
                                 "check the download (is it an HTML error page?) or pass the right file")
         major, minor, patch = struct.unpack_from("<III", pre, 8)
-        if major != core.LITERTLM_MAJOR_VERSION:
+        if major != MAJOR_VERSION:
             raise ArtifactError(f"{path}: unsupported LiteRT-LM format {major}.{minor}.{patch}",
-                                f"this provisioner reads format {core.LITERTLM_MAJOR_VERSION}.x")
-        (header_end,) = struct.unpack_from("<Q", pre, core.HEADER_END_LOCATION_BYTE_OFFSET)
-        if not core.HEADER_BEGIN_BYTE_OFFSET < header_end <= core.HEADER_BEGIN_BYTE_OFFSET + MAX_HEADER:
+                                f"this provisioner reads format {MAJOR_VERSION}.x")
+        (header_end,) = struct.unpack_from("<Q", pre, HEADER_END_AT)
+        if not HEADER_BEGIN < header_end <= HEADER_BEGIN + MAX_HEADER:
             raise ArtifactError(f"{path}: corrupt header (header end offset {header_end})",
                                 "re-download the file; check its sha256")
         if header_end > r.size:
             raise ArtifactError(f"{path}: truncated inside the header ({r.size} bytes, header ends at {header_end})",
                                 "re-download the file; check size and sha256")
-        raw = _Window(r.read_at(core.HEADER_BEGIN_BYTE_OFFSET, header_end - core.HEADER_BEGIN_BYTE_OFFSET))
+        raw = r.read_at(HEADER_BEGIN, header_end - HEADER_BEGIN)
         try:
-            system, sections = _parse_header(raw)
-        except ArtifactError:
-            raise
-        except Exception as exc:  # flatbuffer garbage shows up as struct/index/decode errors
-            raise ArtifactError(f"{path}: corrupt header flatbuffer ({type(exc).__name__})",
-                                "re-download the file; check its sha256") from exc
+            system, sections = _parse_header(_Flat(raw))
+        except _Corrupt as exc:  # the whole header is in ``raw``: out of window means corrupt too
+            raise ArtifactError(f"{path}: corrupt header flatbuffer ({exc})",
+                                "re-download the file; check its sha256") from None
+        if sections is None:
+            raise ArtifactError(f"{path}: header has no section table", "re-download the file")
         for s in sections:
             if s.begin < header_end or s.end < s.begin:
                 raise ArtifactError(f"{path}: corrupt header (section {s.index} spans {s.begin}..{s.end})",
@@ -261,55 +375,118 @@ def read_litertlm(path: str | Path) -> LitertlmInfo:
     return info
 
 
-def _parse_header(raw: bytes) -> tuple[dict[str, Any], list[Section]]:
-    from litert_lm_builder import litertlm_core as core
-    from litert_lm_builder import litertlm_header_schema_py_generated as schema
-
-    root = schema.LiteRTLMMetaData.GetRootAs(raw, 0)
+def _parse_header(fb: _Flat) -> tuple[dict[str, Any], list[Section] | None]:
+    """System metadata and the section table of a ``LiteRTLMMetaData`` flatbuffer (None: no table)."""
+    root = fb.root()
     system: dict[str, Any] = {}
-    sm = root.SystemMetadata()
+    sm = fb.table(root, HDR_SYSTEM_METADATA)
     if sm is not None:
-        for i in range(sm.EntriesLength()):
-            k, v = _kv(sm.Entries(i))
+        for kvp in fb.tables(sm, SYSTEM_ENTRIES) or []:
+            k, v = _kv(fb, kvp)
             system[k] = v
-    sections: list[Section] = []
-    sec = root.SectionMetadata()
+    sec = fb.table(root, HDR_SECTION_METADATA)
     if sec is None:
-        raise ArtifactError("header has no section table", "re-download the file")
-    for i in range(sec.ObjectsLength()):
-        obj = sec.Objects(i)
-        items = dict(_kv(obj.Items(j)) for j in range(obj.ItemsLength()))
-        try:
-            dtype = core.any_section_data_type_to_string(obj.DataType())
-        except ValueError:
-            dtype = f"unknown({obj.DataType()})"
-        sections.append(Section(index=i, data_type=dtype, begin=obj.BeginOffset(), end=obj.EndOffset(), items=items))
+        return system, None
+    sections: list[Section] = []
+    for i, obj in enumerate(fb.tables(sec, SECTIONS_OBJECTS) or []):
+        items = dict(_kv(fb, kvp) for kvp in fb.tables(obj, SECTION_ITEMS) or [])
+        dtype_id = fb.scalar(obj, SECTION_DATA_TYPE, _U8)
+        dtype = SECTION_TYPES.get(dtype_id, f"unknown({dtype_id})")
+        sections.append(Section(index=i, data_type=dtype, begin=fb.scalar(obj, SECTION_BEGIN, _U64),
+                                end=fb.scalar(obj, SECTION_END, _U64), items=items))
     return system, sections
 
 
-def _llm_metadata(r: CountingReader, s: Section) -> dict[str, Any] | None:
-    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise _Corrupt("varint runs past the end")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
 
+
+def _proto_fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of every field of a protobuf message, in file order.
+
+    Values: int for varints, bytes for length-delimited and fixed-size fields. Groups (wire types
+    3/4, long deprecated) are treated as corrupt.
+    """
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise _Corrupt("field number 0")
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire in (1, 2, 5):
+            if wire == 2:
+                n, pos = _varint(buf, pos)
+            else:
+                n = 8 if wire == 1 else 4
+            if pos + n > len(buf):
+                raise _Corrupt("field runs past the end")
+            value, pos = buf[pos:pos + n], pos + n
+        else:
+            raise _Corrupt(f"wire type {wire}")
+        yield number, wire, value
+
+
+def _model_type_name(number: int) -> str | None:
+    """Name of LlmModelType oneof member ``number``; members newer than this reader come from the schema."""
+    if number in LLM_MODEL_TYPES:
+        return LLM_MODEL_TYPES[number]
+    try:  # rare: costs the protobuf import, only for a model type this reader has not met yet
+        from litert_lm_builder.runtime.proto import llm_model_type_pb2
+    except ImportError:
+        return None
+    member = llm_model_type_pb2.LlmModelType.DESCRIPTOR.fields_by_number.get(number)
+    return member.name if member is not None and member.containing_oneof is not None else None
+
+
+def _llm_metadata(r: CountingReader, s: Section) -> dict[str, Any] | None:
+    """The few LlmMetadata fields ``inspect`` shows (proto3: a repeated scalar field's last value wins)."""
     if s.end - s.begin > 4 * 1024 * 1024:
         return None
-    msg = llm_metadata_pb2.LlmMetadata()
+    max_tokens, model_type, thinking, function_calling = 0, None, False, False
+    min_runtime, jinja = "", ""
     try:
-        msg.ParseFromString(r.read_at(s.begin, s.end - s.begin))
-    except Exception:
+        for number, wire, value in _proto_fields(r.read_at(s.begin, s.end - s.begin)):
+            if wire == 0 and number == LLM_MAX_NUM_TOKENS:
+                max_tokens = value & 0xFFFFFFFF
+                max_tokens -= (max_tokens >> 31) << 32  # int32
+            elif wire == 0 and number == LLM_SUPPORTS_THINKING:
+                thinking = bool(value)
+            elif wire == 0 and number == LLM_SUPPORTS_FUNCTION_CALLING:
+                function_calling = bool(value)
+            elif wire == 2 and number == LLM_MIN_RUNTIME_VERSION:
+                min_runtime = value.decode("utf-8")
+            elif wire == 2 and number == LLM_JINJA_TEMPLATE:
+                jinja = value.decode("utf-8")
+            elif wire == 2 and number == LLM_MODEL_TYPE:
+                for member, member_wire, _ in _proto_fields(value):
+                    if member_wire == 2 and (name := _model_type_name(member)):
+                        model_type = name
+    except (_Corrupt, UnicodeDecodeError):
         s.note = "LLM metadata does not parse"
         return None
     out: dict[str, Any] = {}
-    if msg.max_num_tokens:
-        out["max_num_tokens"] = msg.max_num_tokens
-    model_type = msg.llm_model_type.WhichOneof("model_type")
+    if max_tokens:
+        out["max_num_tokens"] = max_tokens
     if model_type:
         out["model_type"] = model_type
-    for flag in ("supports_thinking", "supports_function_calling"):
-        if getattr(msg, flag):
-            out[flag] = True
-    if msg.min_runtime_version:
-        out["min_runtime_version"] = msg.min_runtime_version
-    out["has_jinja_template"] = bool(msg.jinja_prompt_template)
+    if thinking:
+        out["supports_thinking"] = True
+    if function_calling:
+        out["supports_function_calling"] = True
+    if min_runtime:
+        out["min_runtime_version"] = min_runtime
+    out["has_jinja_template"] = bool(jinja)
     return out
 
 
@@ -320,15 +497,21 @@ def _dispatch_ops(r: CountingReader, s: Section) -> None:
     data = b""
     while True:
         data += r.read_at(s.begin + len(data), window - len(data))
+        if len(data) >= 8 and data[4:8] != TFLITE_IDENTIFIER:
+            raise ArtifactError(f"{r.path}: section {s.index} (TFLiteModel) has no TFL3 identifier",
+                                "re-download the file; check its sha256")
         try:
-            ops = _tflite_dispatch_ops(_Window(data))
+            ops = _tflite_dispatch_ops(data)
             break
-        except (_OutOfWindow, struct.error, ValueError, IndexError):
+        except _OutOfWindow:
             if window >= limit or window >= TFLITE_MAX_WINDOW:
                 s.note = ("TFLite op table unreadable (truncated?)" if window >= limit
                           else f"TFLite op table larger than {TFLITE_MAX_WINDOW >> 20} MiB; not scanned")
                 return
             window = min(window * 4, limit, TFLITE_MAX_WINDOW)
+        except _Corrupt as exc:
+            s.note = f"TFLite op table is corrupt ({exc}); not scanned"
+            return
     seen: dict[int, str | None] = {}
     for sg, idx, name, off, size in ops:
         absolute = s.begin + off
@@ -341,41 +524,116 @@ def _dispatch_ops(r: CountingReader, s: Section) -> None:
 
 
 def _tflite_dispatch_ops(buf: bytes) -> list[tuple[int, int, str | None, int, int]]:
-    import tflite as T  # generated TFLite schema (reader classes)
-    from flatbuffers import flexbuffers
-
-    if len(buf) >= 8 and buf[4:8] != b"TFL3":
-        raise ArtifactError("TFLite section has no TFL3 identifier", "re-download the file")
-    model = T.Model.GetRootAs(buf, 0)
+    """(subgraph, operator index, name, bytecode offset, bytecode size) of every DISPATCH_OP in a TFLite model."""
+    fb = _Flat(buf)
+    model = fb.root()
     codes = []
-    for i in range(model.OperatorCodesLength()):
-        code = model.OperatorCodes(i).CustomCode()
-        codes.append(code.decode("utf-8", "replace") if code else None)
+    for code in fb.tables(model, MODEL_OPERATOR_CODES) or []:
+        custom = fb.bytes(code, OPCODE_CUSTOM_CODE)
+        codes.append(custom.decode("utf-8", "replace") if custom else None)
     out = []
-    for g in range(model.SubgraphsLength()):
-        sg = model.Subgraphs(g)
-        for k in range(sg.OperatorsLength()):
-            op = sg.Operators(k)
-            idx = op.OpcodeIndex()
+    for g, sg in enumerate(fb.tables(model, MODEL_SUBGRAPHS) or []):
+        for k, op in enumerate(fb.tables(sg, SUBGRAPH_OPERATORS) or []):
+            idx = fb.scalar(op, OPERATOR_OPCODE_INDEX, _U32)
             if idx >= len(codes) or codes[idx] != DISPATCH_OP:
                 continue
-            n = op.CustomOptionsLength()
-            raw = bytes(op.CustomOptionsAsNumpy().tobytes()) if n else b""
-            opts = flexbuffers.Loads(raw) if raw else {}
-            if not isinstance(opts, dict) or "bytecode_offset" not in opts:
+            raw = fb.bytes(op, OPERATOR_CUSTOM_OPTIONS)
+            opts = _flex_map(raw) if raw else {}
+            offset, size, name = opts.get("bytecode_offset"), opts.get("bytecode_size", 0), opts.get("name")
+            if not isinstance(offset, int | float) or not isinstance(size, int | float):
                 continue
-            name = opts.get("name")
-            out.append((g, k, name if isinstance(name, str) else None,
-                        int(opts["bytecode_offset"]), int(opts.get("bytecode_size", 0))))
+            out.append((g, k, name if isinstance(name, str) else None, int(offset), int(size)))
     return out
+
+
+# FlexBuffers value types (flatbuffers/flexbuffers.py ``Type``)
+_FLEX_NULL, _FLEX_INT, _FLEX_UINT, _FLEX_FLOAT, _FLEX_KEY, _FLEX_STRING = 0, 1, 2, 3, 4, 5
+_FLEX_INDIRECT_INT, _FLEX_INDIRECT_UINT, _FLEX_INDIRECT_FLOAT, _FLEX_MAP, _FLEX_BOOL = 6, 7, 8, 9, 26
+
+
+def _flex_uint(buf: bytes, pos: int, width: int, signed: bool = False) -> int:
+    if pos < 0 or pos + width > len(buf) or width not in (1, 2, 4, 8):
+        raise _Corrupt(f"flexbuffer read of {width} bytes at {pos} outside {len(buf)} bytes")
+    return int.from_bytes(buf[pos:pos + width], "little", signed=signed)
+
+
+def _flex_map(buf: bytes) -> dict[str, Any]:
+    """The scalar and string entries of the FlexBuffers map ``buf`` (DISPATCH_OP custom options).
+
+    Layout: the last byte is the root's width, the one before its packed type (type << 2 | log2
+    width); a map's values sit at its offset, preceded by [keys offset, keys width, length], and
+    are followed by one packed type byte per value. Nested vectors/maps/blobs are not needed and
+    come back as None. A root that is not a map gives ``{}``.
+    """
+    if len(buf) < 3:
+        raise _Corrupt("flexbuffer shorter than 3 bytes")
+    root_width, packed = buf[-1], buf[-2]
+    root = len(buf) - 2 - root_width
+    if packed >> 2 != _FLEX_MAP:
+        return {}
+    width = 1 << (packed & 3)
+    data = root - _flex_uint(buf, root, root_width)
+    size = _flex_uint(buf, data - width, width)
+    keys_at = data - 3 * width
+    keys = keys_at - _flex_uint(buf, keys_at, width)
+    key_width = _flex_uint(buf, data - 2 * width, width)
+    if data + size * (width + 1) > len(buf):
+        raise _Corrupt(f"flexbuffer map of {size} entries runs past the end")
+    out: dict[str, Any] = {}
+    for i in range(size):
+        key_ref = keys + i * key_width
+        key = _flex_cstring(buf, key_ref - _flex_uint(buf, key_ref, key_width))
+        packed_value = buf[data + size * width + i]
+        out[key] = _flex_value(buf, data + i * width, width, packed_value >> 2, 1 << (packed_value & 3))
+    return out
+
+
+def _flex_cstring(buf: bytes, pos: int) -> str:
+    end = buf.find(b"\0", pos) if pos >= 0 else -1
+    if end < 0:
+        raise _Corrupt(f"flexbuffer key at {pos} is not terminated")
+    return buf[pos:end].decode("utf-8", "replace")
+
+
+def _flex_value(buf: bytes, pos: int, parent_width: int, kind: int, width: int) -> Any:
+    """One map value: inline scalars use the map's width, indirect ones and strings their own."""
+    if kind == _FLEX_NULL:
+        return None
+    if kind in (_FLEX_INT, _FLEX_UINT, _FLEX_BOOL):
+        value = _flex_uint(buf, pos, parent_width, signed=kind == _FLEX_INT)
+        return bool(value) if kind == _FLEX_BOOL else value
+    if kind == _FLEX_FLOAT:
+        return _flex_float(buf, pos, parent_width)
+    if kind not in (_FLEX_INDIRECT_INT, _FLEX_INDIRECT_UINT, _FLEX_INDIRECT_FLOAT, _FLEX_STRING, _FLEX_KEY):
+        return None  # vectors, maps, blobs: not needed here
+    target = pos - _flex_uint(buf, pos, parent_width)
+    if kind == _FLEX_INDIRECT_FLOAT:
+        return _flex_float(buf, target, width)
+    if kind in (_FLEX_INDIRECT_INT, _FLEX_INDIRECT_UINT):
+        return _flex_uint(buf, target, width, signed=kind == _FLEX_INDIRECT_INT)
+    if kind == _FLEX_KEY:
+        return _flex_cstring(buf, target)
+    n = _flex_uint(buf, target - width, width)
+    if target + n > len(buf):
+        raise _Corrupt(f"flexbuffer string at {target} runs past the end")
+    return buf[target:target + n].decode("utf-8", "replace")
+
+
+def _flex_float(buf: bytes, pos: int, width: int) -> float:
+    if width not in (4, 8) or pos < 0 or pos + width > len(buf):
+        raise _Corrupt(f"flexbuffer float of {width} bytes at {pos}")
+    return struct.unpack_from("<f" if width == 4 else "<d", buf, pos)[0]
 
 
 def _build_id(r: CountingReader, offset: int, size: int) -> str | None:
     """The QAIRT build id text (``v2.44.0.260225...``) near the start of a QNN context binary."""
-    end = offset + (size if size else CTX_MAX_WINDOW)
+    if offset < 0:  # a corrupt bytecode_offset pointing before the section
+        return None
+    end = offset + (size if size > 0 else CTX_MAX_WINDOW)
     data = r.read_at(offset, min(CTX_WINDOW, end - offset))
     m = BUILD_ID_RE.search(data)
     if not m and end - offset > CTX_WINDOW:  # rare: look a little further, once
         data = data[-64:] + r.read_at(offset + CTX_WINDOW, min(CTX_MAX_WINDOW, end - offset) - CTX_WINDOW)
         m = BUILD_ID_RE.search(data)
-    return catalog.normalize_qairt(m.group(1).decode()) if m else None
+    # group 1 stops at the 6-digit build id: already what catalog.normalize_qairt would return
+    return m.group(1).decode() if m else None

@@ -12,8 +12,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from provisioner.errors import UserError
 
 QAIRT_BUILD_RE = re.compile(r"^\d+\.\d+\.\d+\.\d{6}$")
@@ -130,6 +128,8 @@ class Release:
 
 
 def _load(name: str) -> dict[str, Any]:
+    import yaml  # here, not at the top: `inspect` of a .litertlm only needs normalize_qairt (start-up time)
+
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     return yaml.safe_load(text)
 

@@ -13,9 +13,8 @@ import sys
 
 import click
 
-from provisioner import __version__
+from provisioner import __version__, ui
 from provisioner.errors import ManifestError, UserError
-from provisioner.ui import stderr
 
 COMMAND_MODULES = (
     "boards",
@@ -63,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except ManifestError as err:
         if err.problems:
-            stderr.print(f"error: {err.message.split(':')[0]}: {len(err.problems)} problem(s) in the manifest",
+            ui.stderr.print(f"error: {err.message.split(':')[0]}: {len(err.problems)} problem(s) in the manifest",
                          markup=False)
             for p in err.problems:
-                stderr.print(f"  {p}", markup=False)
+                ui.stderr.print(f"  {p}", markup=False)
         else:
             _one_line(err)
         return err.exit_code
@@ -74,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         _one_line(err)
         return err.exit_code
     except click.exceptions.Abort:
-        stderr.print("interrupted")
+        ui.stderr.print("interrupted")
         return 130
     except KeyboardInterrupt:
-        stderr.print("interrupted")
+        ui.stderr.print("interrupted")
         return 130
     except click.ClickException as err:
         err.show()
@@ -89,13 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug: say so on one line, traceback only on request
         if os.environ.get("PROVISIONER_DEBUG"):
             raise
-        stderr.print(f"internal error: {type(err).__name__}: {err} (rerun with PROVISIONER_DEBUG=1 for a "
+        ui.stderr.print(f"internal error: {type(err).__name__}: {err} (rerun with PROVISIONER_DEBUG=1 for a "
                      "traceback and report it)", markup=False)
         return 1
 
 
 def _one_line(err: UserError) -> None:
-    stderr.print(f"error: {err}", markup=False)
+    ui.stderr.print(f"error: {err}", markup=False)
 
 
 def run() -> None:

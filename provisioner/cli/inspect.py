@@ -6,11 +6,9 @@ from pathlib import Path
 
 import click
 
-from provisioner import catalog
-from provisioner.artifacts.hashing import artifact_files, hash_files
+from provisioner import ui
 from provisioner.artifacts.inspect import Inspection, inspect_path
 from provisioner.errors import CheckFailed
-from provisioner.ui import print_json, stderr, stdout, table
 
 
 def _mb(n: int | None) -> str:
@@ -24,16 +22,22 @@ def _mb(n: int | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(path: Path, board_id: str | None, do_hash: bool, as_json: bool) -> None:
     """Inspect a .litertlm file or a Genie bundle folder (reads only headers, not the weights)."""
-    board = catalog.board(board_id) if board_id else None
+    board = None
+    if board_id:
+        from provisioner import catalog  # YAML: only when a board is asked about
+
+        board = catalog.board(board_id)
     ins = inspect_path(path, board)
     hashes: dict[str, str] = {}
     if do_hash:
+        from provisioner.artifacts.hashing import artifact_files, hash_files  # threads: only when asked
+
         files = artifact_files(path)
         base = path if path.is_dir() else path.parent
-        found = hash_files(files, progress=not as_json and stderr.is_terminal)
+        found = hash_files(files, progress=not as_json and ui.stderr.is_terminal)
         hashes = {str(p.relative_to(base)): h for p, h in found.items()}
     if as_json:
-        print_json({**ins.as_dict(), "sha256": hashes or None})
+        ui.print_json({**ins.as_dict(), "sha256": hashes or None})
     else:
         _show(ins, hashes)
     if ins.problems:
@@ -43,6 +47,7 @@ def command(path: Path, board_id: str | None, do_hash: bool, as_json: bool) -> N
 
 
 def _show(ins: Inspection, hashes: dict[str, str]) -> None:
+    stdout, table = ui.stdout, ui.table
     d = ins.details
     rows = [
         ("kind", ins.kind + (f" (LiteRT-LM format {d.get('version')})" if ins.kind == "litertlm" else "")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -96,3 +97,94 @@ def test_cli_damaged_files_one_line_exit_2(tmp_path, cli, damage, needle):
 def test_cli_missing_path(tmp_path, cli):
     r = cli("inspect", tmp_path / "nope.litertlm")
     assert r.code == 2 and "no such file" in r.err and len(r.err_lines) == 1
+
+
+def _root_table(data: bytes) -> int:
+    """File offset of the header flatbuffer's root table (its first 4 bytes point at the vtable)."""
+    return 32 + struct.unpack_from("<I", data, 32)[0]
+
+
+@pytest.mark.parametrize("soffset", [0x7FFFFFFF, -0x7FFFFFFF, 0])
+def test_cli_corrupt_vtable_offset_one_line_exit_2(tmp_path, cli, soffset):
+    good = make_litertlm(tmp_path / "m.litertlm").read_bytes()
+    bad = bytearray(good)
+    struct.pack_into("<i", bad, _root_table(good), soffset)  # vtable before the file / past it / onto itself
+    f = tmp_path / "bad.litertlm"
+    f.write_bytes(bytes(bad))
+    with pytest.raises(ArtifactError, match="corrupt header flatbuffer"):
+        read_litertlm(f)
+    r = cli("inspect", f, "--json")
+    assert r.code == 2 and len(r.err_lines) == 1 and "corrupt header" in r.err and "re-download" in r.err
+    assert r.out == ""
+
+
+def test_corrupt_header_bytes_give_artifact_error_or_a_report_never_a_crash(tmp_path):
+    good = make_litertlm(tmp_path / "m.litertlm").read_bytes()
+    header_end = struct.unpack_from("<Q", good, 24)[0]
+    rng = random.Random(5)
+    f = tmp_path / "fuzz.litertlm"
+    outcomes = set()
+    for _ in range(150):
+        bad = bytearray(good)
+        for _ in range(rng.choice((1, 2, 4))):
+            bad[rng.randrange(32, header_end)] = rng.randrange(256)
+        f.write_bytes(bytes(bad))
+        try:
+            outcomes.add(("ok", inspect_path(f).kind))
+        except ArtifactError as exc:
+            assert "\n" not in str(exc) and "->" in str(exc)
+            outcomes.add(("error", "corrupt" in str(exc) or "section table" in str(exc) or "truncated" in str(exc)))
+    assert ("error", False) not in outcomes  # every refusal says what is wrong
+
+
+def test_llm_metadata_is_read_without_protobuf(tmp_path):
+    from litert_lm_builder import litertlm_builder as lb
+    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+
+    from provisioner.sim.synthetic_models import tflite_plain
+
+    meta = llm_metadata_pb2.LlmMetadata()
+    meta.max_num_tokens = 32768
+    meta.start_token.token_ids.ids.append(2)
+    meta.llm_model_type.gemma4.SetInParent()
+    (tmp_path / "meta.pb").write_bytes(meta.SerializeToString())
+    (tmp_path / "chat.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    (tmp_path / "tok.json").write_text("{}")
+    (tmp_path / "m.tflite").write_bytes(tflite_plain())
+    b = lb.LitertLmFileBuilder()
+    b.add_system_metadata(lb.Metadata(key="layers", value=35, dtype=lb.DType.INT32))
+    b.add_system_metadata(lb.Metadata(key="scale", value=0.25, dtype=lb.DType.FLOAT32))
+    b.add_llm_metadata(str(tmp_path / "meta.pb"), jinja_prompt_template_path=str(tmp_path / "chat.jinja"),
+                       min_runtime_version="0.9.0", supports_thinking=True)
+    b.add_hf_tokenizer(str(tmp_path / "tok.json"))
+    b.add_tflite_model(str(tmp_path / "m.tflite"), lb.TfLiteModelType.PREFILL_DECODE, backend_constraint="cpu")
+    f = tmp_path / "gemma4.litertlm"
+    with open(f, "wb") as out:
+        b.build(out)
+    info = read_litertlm(f)
+    assert info.llm_metadata == {"max_num_tokens": 32768, "model_type": "gemma4", "supports_thinking": True,
+                                 "min_runtime_version": "0.9.0", "has_jinja_template": True}
+    assert info.context_size == 32768
+    assert info.system_metadata["layers"] == 35 and info.system_metadata["scale"] == 0.25
+    assert info.npu_only is False and info.qairt_builds == []
+
+
+def test_garbled_llm_metadata_is_a_note_not_a_failure(tmp_path):
+    f = make_litertlm(tmp_path / "m_qualcomm_qcs8275.litertlm")
+    meta = next(s for s in read_litertlm(f).sections if s.data_type == "LlmMetadataProto")
+    data = bytearray(f.read_bytes())
+    data[meta.begin:meta.end] = b"\x0f" * (meta.end - meta.begin)  # wire type 7: not protobuf
+    f.write_bytes(bytes(data))
+    ins = inspect_path(f)
+    assert ins.context_size is None and ins.qairt_builds == ["2.44.0.260225"]
+    assert any("LLM metadata does not parse" in w for w in ins.warnings)
+
+
+def test_large_op_table_is_read_in_growing_windows(tmp_path):
+    f = make_litertlm(tmp_path / "m.litertlm", n_dispatch_ops=1500, pad_to=GEMMA_SIZE)
+    info = read_litertlm(f)
+    npu = [s for s in info.sections if s.dispatch_ops]
+    assert npu[0].begin + 64 * 1024 < min(op.absolute_offset for op in npu[0].dispatch_ops)
+    assert len(npu[0].dispatch_ops) == 1500 and npu[0].note is None
+    assert info.qairt_builds == ["2.44.0.260225"]
+    assert info.bytes_read < 16 * 1024 * 1024
