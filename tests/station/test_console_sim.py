@@ -11,7 +11,7 @@ from provisioner.cli import main
 from provisioner.sim import control
 from provisioner.station.config import Credential
 from provisioner.station.console import ConsoleDriver
-from provisioner.station.flash import flash_release
+from provisioner.station.flash import flash_release, scan
 from provisioner.station.records import Records, build_inventory
 
 from .test_flash import _assert_flashed
@@ -131,6 +131,8 @@ def test_debug_image_boot_check_logs_in_and_a_production_board_cannot_be_sent_to
         run = flash_release(release_8275, station.config, serials=[vb.serial], boot_check=True,
                             boot_timeout_s=30, edl_timeout_s=15, records=rec)
         assert run.ok and run.results[0].identity["source"] == "console banner"
+        seen = scan(station.config, [str(vb.console_link)]).consoles[0]
+        assert seen.identity["build_id"] == "gemma4-e2b-iq8275-2026.11" and "refused" in seen.error
         run = flash_release(release_8275, station.config, serials=[vb.serial], edl_timeout_s=15, records=rec)
     assert not run.ok
     assert "root cannot log in on its console" in run.results[0].error
