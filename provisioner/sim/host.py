@@ -36,11 +36,15 @@ ceiling: the limit the board would set is then carried in ``EDGE_LLM_SIM_MEMLOCK
 a shell fails as it would for a non-root user.
 
 The namespace's first process is an *agent* (``python -m provisioner.sim.host agent ROOT SERIAL``):
-it builds the mounts, starts sshd and the enabled services, reaps orphans (child subreaper),
-restarts nothing behind anyone's back and mirrors ``download_mode``. Mounts die with the
-namespace's last process, so teardown is "kill every process in that mount namespace": the
-agent's pid and namespace inode are recorded in ``boards/<serial>/host/agent.json``, which makes
-:func:`stop_host` work even after the CLI that started the board was killed.
+it builds the mounts and starts the enabled services, then replaces itself (``exec``, same pid)
+with a small shell script, the *holder* (:data:`HOLDER`), that keeps the namespace alive for ~1-2 MB
+instead of a Python interpreter's ~21 MB per board: it runs sshd (restarting it if it dies), reaps
+orphans (child subreaper) and stops services and sshd on SIGTERM. Mirroring ``download_mode``
+between the board's sysfs and ``board.json`` is done by the one supervisor of the sim root
+(:func:`mirror_download_mode`), not by a poller per board. Mounts die with the namespace's last
+process, so teardown is "kill every process in that mount namespace": the agent's pid and
+namespace inode are recorded in ``boards/<serial>/host/agent.json``, which makes :func:`stop_host`
+work even after the CLI that started the board was killed.
 """
 
 from __future__ import annotations
@@ -705,14 +709,14 @@ def _os_release(rootfs: Path) -> bytes:
         return b'NAME="Qualcomm Linux"\nID=qcom-distro\n'
 
 
-VOLATILE: dict[str, tuple[Path, Path]] = {}     # overlay name -> (tmpfs upper, board-dir upper) in the agent
+VOLATILE: dict[str, tuple[Path, Path]] = {}     # overlay name -> (tmpfs upper, board-dir upper); see HOLDER
 
 
 def _overlay(lower: str, upper: Path, work: Path) -> None:
     """Overlay ``lower`` with ``upper`` kept in the board dir (so changes can be written back).
 
     If that file system cannot hold an overlay upper (e.g. it is itself an overlay), the upper
-    lives on the namespace's tmpfs and the agent copies it back when it stops.
+    lives on the namespace's tmpfs and the holder copies it back when it stops.
     """
     _rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -727,13 +731,6 @@ def _overlay(lower: str, upper: Path, work: Path) -> None:
     _run(["cp", "-a", str(upper), str(vu)])
     _mount("-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={vu},workdir={vw}", lower)
     VOLATILE[upper.name] = (vu, upper)
-
-
-def _save_volatile() -> None:
-    for vu, upper in VOLATILE.values():
-        _rmtree(upper)
-        with contextlib.suppress(SimError):
-            _run(["cp", "-a", str(vu), str(upper)])
 
 
 def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
@@ -899,8 +896,53 @@ def _read_download_mode(param: Path) -> int | None:
     return None
 
 
+HOLDER_NAME = "agent"           # the holder script, in the namespace's /run/edge-llm-sim
+VOLATILE_LIST = "volatile"      # "<tmpfs upper> <board-dir upper>" lines the holder copies back on stop
+SHELL = "/bin/sh"
+
+# The namespace's long-lived process once the mounts are built. A shell costs ~1-2 MB where the
+# Python agent it replaces cost ~21 MB per board; it keeps the namespace alive, reaps orphans
+# (PR_SET_CHILD_SUBREAPER survives the exec; the shell's wait collects any child), restarts sshd
+# if it dies, and on SIGTERM stops services (Python only if a service runner is alive), sshd, and
+# copies tmpfs overlay uppers back. Nothing in it polls: it sleeps in `wait` until a child exits or
+# a signal comes. Arguments: sim root, serial (both name the board in `ps`), host dir, namespace
+# inode, port, python.
+HOLDER = r"""# edge-llm virtual board: holds the board's mount namespace (provisioner.sim.host)
+hd=$3 mntns=$4 port=$5 py=$6 sim=${0%/*}
+stopping= sshd=
+trap 'stopping=1' TERM INT HUP
+while [ -z "$stopping" ]; do
+    /usr/sbin/sshd -D -e -f "$hd/sshd_config" </dev/null &
+    sshd=$!
+    printf '{"pid": %s, "mntns": %s, "ready": true, "sshd": %s, "port": %s}\n' "$$" "$mntns" "$sshd" "$port" \
+        >"$hd/.agent.json.tmp" && mv -f "$hd/.agent.json.tmp" "$hd/agent.json"
+    wait "$sshd"
+    while [ -z "$stopping" ] && kill -0 "$sshd" 2>/dev/null; do wait "$sshd"; done
+    if [ -z "$stopping" ]; then
+        echo "agent: sshd exited; restarting it" >&2
+        sleep 0.2
+    fi
+done
+for f in "$sim"/systemd/runners/*; do
+    if [ -e "$f" ]; then
+        "$py" -S -c 'import sys; sys.path.insert(0, sys.argv[1])
+from provisioner.sim.systemctl import lifecycle
+lifecycle("shutdown")' "$sim/src"
+        break
+    fi
+done
+kill -TERM "$sshd" 2>/dev/null && wait "$sshd"
+if [ -s "$sim/volatile" ]; then
+    while read -r vu upper; do
+        rm -rf "$upper" && cp -a "$vu" "$upper"
+    done <"$sim/volatile"
+fi
+exit 0
+"""
+
+
 def agent_main(root: str, serial: str) -> int:
-    """The namespace's first process: mounts, sshd, services, download_mode mirror, reaping."""
+    """The namespace's first process: build the mounts, boot the services, then exec the holder."""
     board = VirtualBoard.load(root, serial)
     hd = host_dir(board)
     mntns = os.stat("/proc/self/ns/mnt").st_ino
@@ -912,64 +954,55 @@ def agent_main(root: str, serial: str) -> int:
     _write(hd / "agent.json", json.dumps(info))
     state = setup_namespace(board)
     (hd / "overlay.json").write_text(json.dumps(state))
+    sim = Path(SIM_DIR)
+    _write(sim / VOLATILE_LIST, "".join(f"{vu} {upper}\n" for vu, upper in VOLATILE.values()))
+    _write(sim / HOLDER_NAME, HOLDER, 0o755)
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(36, 1, 0, 0, 0)          # PR_SET_CHILD_SUBREAPER: orphaned services stay ours
-    stopping = {"flag": False}
-
-    def on_term(signum: int, frame: Any) -> None:
-        stopping["flag"] = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    mgr = systemctl.Manager()
-    with contextlib.suppress(Exception):
-        mgr.boot()
-    sshd = _start_sshd(hd)
-    info.update(ready=True, sshd=sshd.pid, port=int((hd / "port").read_text()))
-    _write(hd / "agent.json", json.dumps(info))
-    param = Path("/sys/module/qcom_scm/parameters/download_mode")
-    last = _read_download_mode(param)
-    last_poll = time.monotonic()
-    while not stopping["flag"]:
-        time.sleep(0.2)
-        while True:
-            try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid == sshd.pid and not stopping["flag"]:
-                print("agent: sshd exited; restarting it", file=sys.stderr)
-                sshd = _start_sshd(hd)
-                info["sshd"] = sshd.pid
-                _write(hd / "agent.json", json.dumps(info))
-        cur = _read_download_mode(param)
-        if cur is not None and cur != last:          # written on the board (ssh): tell board.json
-            last = cur
-            with contextlib.suppress(Exception):
-                board.update(download_mode=cur)
-        elif time.monotonic() - last_poll > 1.0:     # written elsewhere (the serial console): show it here
-            last_poll = time.monotonic()
-            with contextlib.suppress(Exception):
-                want = int(board.reload().data.get("download_mode") or 0)
-                if want != last:
-                    param.write_text(f"{want}\n")
-                    last = want
-    with contextlib.suppress(Exception):
-        mgr.stop_all()
-    with contextlib.suppress(ProcessLookupError):
-        sshd.terminate()
-    with contextlib.suppress(Exception):
-        sshd.wait(timeout=3)
-    _save_volatile()
-    return 0
+    libc.prctl(36, 1, 0, 0, 0)          # PR_SET_CHILD_SUBREAPER (kept across exec): orphaned services stay ours
+    # Services start from a fresh interpreter that imports only the service manager: its runners
+    # (double-forked, so reparented to this process) do not carry this agent's heap.
+    subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1])\n"
+                    "from provisioner.sim.systemctl import lifecycle\nlifecycle('boot')", f"{SIM_DIR}/src"],
+                   stdin=subprocess.DEVNULL, cwd="/", check=False)
+    port = (hd / "port").read_text().strip()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):     # Python ignores these; sshd and services must not inherit that
+        signal.signal(sig, signal.SIG_DFL)
+    os.execv(SHELL, [SHELL, str(sim / HOLDER_NAME), root, serial, str(hd), str(mntns), port, sys.executable])
+    return 1     # not reached
 
 
-def _start_sshd(hd: Path) -> subprocess.Popen:
-    return subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(hd / "sshd_config")],
-                            stdin=subprocess.DEVNULL, cwd="/")
+def download_mode_param(board: VirtualBoard) -> Path:
+    """Host-side path of the board's ``/sys/module/qcom_scm/parameters/download_mode`` (bind-mounted)."""
+    return host_dir(board) / "sys-module/qcom_scm/parameters/download_mode"
+
+
+def mirror_download_mode(board: VirtualBoard, last: int | None) -> int | None:
+    """Keep ``download_mode`` in the board's sysfs and in ``board.json`` in step; returns the value to
+    pass as ``last`` next time (None: first look after the host started, board.json wins).
+
+    A write on the board (``echo 1 > /sys/module/qcom_scm/parameters/download_mode`` over ssh) goes
+    to board.json, so the console's crash handling agrees; a change recorded in board.json (the
+    serial console) shows up in the board's sysfs. The supervisor calls this on every poll of a
+    board whose host runs, instead of one polling process per board. ``board`` must be freshly
+    reloaded by the caller.
+    """
+    param = download_mode_param(board)
+    cur = _read_download_mode(param)
+    if cur is None:
+        return last
+    if last is not None and cur != last:              # written on the board: tell board.json
+        with contextlib.suppress(SimError, OSError):
+            board.update(download_mode=cur)
+        return cur
+    want = int(board.data.get("download_mode") or 0)
+    if want != cur:                                   # written elsewhere: show it on the board
+        with contextlib.suppress(OSError):
+            param.write_text(f"{want}\n")
+        return want
+    return cur
 
 
 @contextlib.contextmanager

@@ -60,6 +60,15 @@ def _start_host(board: VirtualBoard) -> dict[str, Any] | None:
     return {"host": host, "port": int(port)}
 
 
+def _mirror_download_mode(board: VirtualBoard, last: int | None) -> int | None:
+    """download_mode between the board's sysfs (ssh side) and board.json (console side), see host.py."""
+    try:
+        from provisioner.sim.host import mirror_download_mode
+    except ImportError:
+        return last
+    return mirror_download_mode(board, last)
+
+
 def _stop_host(board: VirtualBoard) -> None:
     try:
         from provisioner.sim.host import stop_host
@@ -170,6 +179,7 @@ class BoardHardware:
                                                      "later": self.sup.loop.call_later})
         self.task: asyncio.Task[None] | None = None
         self.host_up = False
+        self.dm_last: int | None = None       # download_mode last seen on both sides (None: host just started)
         self.crash_shown = False
         self.mtime = 0
         board.reload()
@@ -254,6 +264,11 @@ class BoardHardware:
         if state == "booting":
             self.start_boot()
 
+    def mirror(self) -> None:
+        """Each poll, while the board's host runs (the board was just reloaded by sync())."""
+        if self.host_up:
+            self.dm_last = _mirror_download_mode(self.board, self.dm_last)
+
     def _stop_host(self) -> None:
         """Runs in a worker thread: uses its own board handle, never the loop's."""
         try:
@@ -306,6 +321,7 @@ class BoardHardware:
             # With the ``unreachable`` fault host.start_host records an address nothing listens on.
             ssh = await asyncio.to_thread(_start_host, b)
             self.host_up = ssh is not None
+            self.dm_last = None
         except Exception as exc:  # noqa: BLE001 - the board boots without network, as a real one would
             print(f"{b.serial}: start_host failed: {exc}", file=sys.stderr, flush=True)
             self.lines(["[FAILED] Failed to start sshd.service - OpenSSH Daemon."])
@@ -326,6 +342,7 @@ class BoardHardware:
         try:
             ssh = await asyncio.to_thread(_start_host, b)
             self.host_up = ssh is not None
+            self.dm_last = None
             b.update(ssh=ssh)
         except Exception as exc:  # noqa: BLE001
             print(f"{b.serial}: start_host failed: {exc}", file=sys.stderr, flush=True)
@@ -377,6 +394,7 @@ class Supervisor:
         for hw in list(self.boards.values()):
             try:
                 hw.sync()
+                hw.mirror()
             except Exception as exc:  # noqa: BLE001
                 print(f"{hw.board.serial}: sync failed: {exc!r}", file=sys.stderr, flush=True)
 

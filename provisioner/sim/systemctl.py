@@ -591,9 +591,27 @@ def _run_unit(mgr: Manager, unit: Unit) -> None:
         restart_sec = float(re.sub(r"[^0-9.]", "", unit.get("Service", "RestartSec", "0.1")) or 0.1)
     except ValueError:
         restart_sec = 0.1
+    mgr.write_state(name, runner_pid=os.getpid())
+    mark = runners_dir(mgr) / str(os.getpid())
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(name + "\n", encoding="utf-8")
+    try:
+        _supervise(mgr, unit, restart, restart_sec, stopping, child)
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def runners_dir(mgr: Manager) -> Path:
+    """One file per live runner (named by its pid): lets the namespace holder, a shell script, see
+    without starting Python whether any service needs stopping when the board shuts down."""
+    return mgr.state_dir / "runners"
+
+
+def _supervise(mgr: Manager, unit: Unit, restart: str, restart_sec: float, stopping: dict[str, bool],
+               child: dict[str, int]) -> None:
+    name = unit.name
     starts: list[float] = []
     n_restarts = 0
-    mgr.write_state(name, runner_pid=os.getpid())
     while True:
         now = time.monotonic()
         starts = [s for s in starts if now - s < START_LIMIT_INTERVAL_S] + [now]
@@ -893,3 +911,16 @@ def executable_text() -> str:
         "from provisioner.sim.systemctl import main\n"
         "sys.exit(main())\n"
     )
+
+
+def lifecycle(action: str) -> None:
+    """What the board's init does around the service manager: ``boot`` (read system.conf, start
+    the enabled units) or ``shutdown`` (stop every unit). The namespace agent runs this in a fresh
+    ``python -S`` that imports nothing but this module, so the runners it forks stay small."""
+    mgr = Manager()
+    if action == "boot":
+        mgr.boot()
+    elif action == "shutdown":
+        mgr.stop_all()
+    else:
+        raise ValueError(f"unknown lifecycle action {action!r}")

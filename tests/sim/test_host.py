@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.sim import host
+from provisioner.sim import control, host
 from tests.sim.test_host_support import make_board, needs_root, ssh
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -23,18 +23,8 @@ SLEEPER = "#!/bin/sh\n# test stand-in for the inference service\nexec sleep 600\
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    r = tmp_path_factory.mktemp("simroot")
-    yield r
-    host.stop_all(r)
-
-
-@pytest.fixture(scope="module")
-def board(root):
-    vb = make_board(root, serve_script=SLEEPER)
-    host.start_host(vb)
-    yield vb
-    host.stop_host(vb)
+def board(module_boards):
+    return module_boards.start(serve_script=SLEEPER)
 
 
 def test_namespace_presents_the_board_at_real_paths(board):
@@ -54,18 +44,74 @@ def test_namespace_presents_the_board_at_real_paths(board):
     assert not Path("/sys/devices/soc0/machine").exists()
 
 
-def test_download_mode_written_on_board_reaches_board_json(board):
-    assert ssh(board, "echo 1 > /sys/module/qcom_scm/parameters/download_mode").returncode == 0
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and board.reload().download_mode != 1:
-        time.sleep(0.1)
-    assert board.download_mode == 1
-    board.update(download_mode=0)           # what the serial console does; the board's sysfs follows
-    deadline = time.monotonic() + 5
-    seen = ""
-    while time.monotonic() < deadline and seen != "0":
-        seen = ssh(board, "cat /sys/module/qcom_scm/parameters/download_mode").stdout.strip()
-    assert seen == "0"
+def test_download_mode_is_one_value_for_ssh_and_console(tmp_path, monkeypatch):
+    # the sim root's supervisor keeps the board's sysfs and board.json (what the console reads) in step
+    monkeypatch.setenv("PROVISIONER_SIM_BOOT_SCALE", "0")
+    root = tmp_path / "sim"
+    try:
+        (vb,) = control.up(1, "iq-8275-evk", root=root, timeout_s=120).boards
+        assert ssh(vb, "echo 1 > /sys/module/qcom_scm/parameters/download_mode").returncode == 0
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and vb.reload().download_mode != 1:
+            time.sleep(0.1)
+        assert vb.download_mode == 1
+        vb.update(download_mode=0)           # what the serial console does; the board's sysfs follows
+        deadline = time.monotonic() + 5
+        seen = ""
+        while time.monotonic() < deadline and seen != "0":
+            seen = ssh(vb, "cat /sys/module/qcom_scm/parameters/download_mode").stdout.strip()
+        assert seen == "0"
+    finally:
+        control.down(root)
+
+
+def _agent(vb) -> dict:
+    return json.loads((host.host_dir(vb) / "agent.json").read_text())
+
+
+def test_sshd_is_restarted_if_it_dies(board):
+    before = _agent(board)
+    os.kill(before["sshd"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _agent(board)["sshd"] == before["sshd"]:
+        time.sleep(0.05)
+    after = _agent(board)
+    assert after["sshd"] != before["sshd"] and after["pid"] == before["pid"]
+    out = subprocess.CompletedProcess([], 255)
+    while time.monotonic() < deadline and out.returncode != 0:
+        out = ssh(board, "cat /sys/devices/soc0/machine")
+    assert out.returncode == 0 and out.stdout.strip() == "QCS8275", out.stderr
+
+
+def test_orphans_on_the_board_are_adopted_and_reaped(board):
+    # a daemon left behind by an ssh session belongs to the board (not the host's init) and leaves no zombie
+    out = ssh(board, "sleep 1 </dev/null >/dev/null 2>&1 & echo $!")
+    pid = int(out.stdout.strip())
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    assert int(stat[1]) == _agent(board)["pid"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_enabled_service_starts_at_boot_and_gets_sigterm_at_shutdown(boards):
+    vb = boards.start()
+    script = vb.rootfs_dir / "opt/graceful.sh"
+    script.write_text("#!/bin/sh\n# test service: says when it starts and when it is asked to stop\n"
+                      "echo started >> /opt/graceful.log\n"
+                      "trap 'echo term >> /opt/graceful.log; exit 0' TERM\n"
+                      "while :; do sleep 0.05; done\n")
+    script.chmod(0o755)
+    (vb.rootfs_dir / "etc/systemd/system/graceful.service").write_text(
+        "[Unit]\nDescription=graceful test service\n[Service]\nExecStart=/opt/graceful.sh\n"
+        "[Install]\nWantedBy=multi-user.target\n")
+    assert ssh(vb, "systemctl enable graceful").returncode == 0
+    host.stop_host(vb)
+    host.start_host(vb)                       # a reboot: the board's init starts what is enabled
+    assert ssh(vb, "systemctl is-active graceful").stdout.strip() == "active"
+    host.stop_host(vb)
+    assert (vb.rootfs_dir / "opt/graceful.log").read_text().split() == ["started", "term"]
 
 
 def test_session_memlock_follows_limits_d(board):
@@ -83,8 +129,8 @@ def test_session_memlock_follows_limits_d(board):
     assert moved.stdout.strip() == str(8192 * 1024)
 
 
-def test_systemctl_stand_in_with_real_ansible(root, board, tmp_path):
-    inv = host.write_inventory(root, tmp_path / "inventory.yml")
+def test_systemctl_stand_in_with_real_ansible(host_root, board, tmp_path):
+    inv = host.write_inventory(host_root, tmp_path / "inventory.yml")
     play = tmp_path / "play.yml"
     play.write_text(textwrap.dedent("""\
         - hosts: boards
@@ -148,25 +194,22 @@ def test_service_restarts_on_failure_then_gives_up(board):
     assert ssh(board, "systemctl is-active flaky").returncode == 3
 
 
-def test_unreachable_board_refuses_connections(root):
-    vb = make_board(root, faults=("unreachable",))
-    h, port = host.start_host(vb)
+def test_unreachable_board_refuses_connections(boards):
+    vb = boards.start(faults=("unreachable",))
+    h, port = vb.ssh["host"], vb.ssh["port"]
     with socket.socket() as s:
         s.settimeout(2)
         assert s.connect_ex((h, port)) != 0
     assert vb.reload().ssh == {"host": h, "port": port}
-    host.stop_host(vb)
 
 
-def test_account_changes_survive_a_reboot(root):
-    vb = make_board(root, faults=("no-fastrpc-group",))
-    host.start_host(vb)
+def test_account_changes_survive_a_reboot(boards):
+    vb = boards.start(faults=("no-fastrpc-group",))
     assert "fastrpc" not in ssh(vb, "id -nG llm").stdout
     assert ssh(vb, "usermod -aG fastrpc llm").returncode == 0
     host.stop_host(vb)
     host.start_host(vb)
     assert "fastrpc" in ssh(vb, "id -nG llm").stdout.split()
-    host.stop_host(vb)
 
 
 def _sshd_for(vb) -> list[int]:
@@ -182,7 +225,8 @@ def _sshd_for(vb) -> list[int]:
     return out
 
 
-def test_stop_leaves_nothing_behind_even_if_the_starter_was_killed(root):
+def test_stop_leaves_nothing_behind_even_if_the_starter_was_killed(host_root):
+    root = host_root
     vb = make_board(root, serve_script=SLEEPER)
     # start from a separate process that is then killed, like a CLI hit by SIGKILL
     code = (f"from provisioner.sim.board import VirtualBoard; from provisioner.sim import host; import time\n"

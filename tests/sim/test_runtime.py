@@ -11,9 +11,8 @@ import json
 import pytest
 
 from provisioner import catalog
-from provisioner.sim import host
 from provisioner.sim.runtime import GARBAGE_TOKEN, answer_for
-from tests.sim.test_host_support import decode_speed, genie_cmd, litert_cmd, make_board, needs_root, ssh
+from tests.sim.test_host_support import decode_speed, genie_cmd, litert_cmd, needs_root, ssh
 
 pytestmark = [needs_root, pytest.mark.root]
 
@@ -21,18 +20,8 @@ QUESTION = "Explain what Qualcomm is in two sentences."
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    r = tmp_path_factory.mktemp("simroot-rt")
-    yield r
-    host.stop_all(r)
-
-
-@pytest.fixture(scope="module")
-def gemma(root):
-    vb = make_board(root)
-    host.start_host(vb)
-    yield vb
-    host.stop_host(vb)
+def gemma(module_boards):
+    return module_boards.start()
 
 
 def _expected(board_id: str, model: str) -> float:
@@ -91,38 +80,27 @@ def test_runtime_faults_read_live_from_the_board(gemma):
      "grep -q 2.47.0.260601 /opt/qairt/2.44.0.260225/lib/aarch64-oe-linux-gcc11.2/libQnnHtp.so"),
     ("truncated-model", "TF_LITE_PREFILL_DECODE not found", "true"),
 ])
-def test_stateful_faults_show_the_seed_symptom_and_the_real_cause(root, fault, needle, cause):
-    vb = make_board(root, faults=(fault,))
-    host.start_host(vb)
-    try:
-        out = ssh(vb, litert_cmd(vb, QUESTION))
-        assert out.returncode != 0
-        assert needle in out.stderr
-        assert ssh(vb, cause).returncode == 0          # verification can find why, on the board itself
-    finally:
-        host.stop_host(vb)
+def test_stateful_faults_show_the_seed_symptom_and_the_real_cause(boards, fault, needle, cause):
+    vb = boards.start(faults=(fault,))
+    out = ssh(vb, litert_cmd(vb, QUESTION))
+    assert out.returncode != 0
+    assert needle in out.stderr
+    assert ssh(vb, cause).returncode == 0          # verification can find why, on the board itself
 
 
-def test_fastrpc_group_membership_decides_for_the_service_user(root):
-    vb = make_board(root, faults=("no-fastrpc-group",))
-    host.start_host(vb)
-    try:
-        out = ssh(vb, litert_cmd(vb, QUESTION, user="llm"))
-        assert out.returncode != 0
-        assert "/dev/fastrpc-cdsp: Permission denied" in out.stderr
-        assert ssh(vb, "usermod -aG fastrpc llm").returncode == 0
-        ok = ssh(vb, litert_cmd(vb, QUESTION, user="llm"))
-        assert ok.returncode == 0, ok.stderr
-    finally:
-        host.stop_host(vb)
+def test_fastrpc_group_membership_decides_for_the_service_user(boards):
+    vb = boards.start(faults=("no-fastrpc-group",))
+    out = ssh(vb, litert_cmd(vb, QUESTION, user="llm"))
+    assert out.returncode != 0
+    assert "/dev/fastrpc-cdsp: Permission denied" in out.stderr
+    assert ssh(vb, "usermod -aG fastrpc llm").returncode == 0
+    ok = ssh(vb, litert_cmd(vb, QUESTION, user="llm"))
+    assert ok.returncode == 0, ok.stderr
 
 
 @pytest.fixture(scope="module")
-def nemotron(root):
-    vb = make_board(root, "iq-9075-evk")
-    host.start_host(vb)
-    yield vb
-    host.stop_host(vb)
+def nemotron(module_boards):
+    return module_boards.start("iq-9075-evk")
 
 
 def test_genie_healthy_run_and_profile(nemotron):
@@ -145,36 +123,24 @@ def test_genie_refuses_to_overwrite_a_profile(nemotron):
     assert "rc=1" in out.stdout and "already exists" in out.stderr
 
 
-def test_genie_without_fastrpc_access_is_14001(root):
-    vb = make_board(root, "iq-9075-evk", faults=("no-fastrpc-group",))
-    host.start_host(vb)
-    try:
-        out = ssh(vb, f"setpriv --reuid llm --regid llm --init-groups sh -c \"{genie_cmd(vb)}\"")
-        assert out.returncode != 0
-        assert "Failed to create device: 14001" in out.stderr and "Device Creation failure" in out.stderr
-    finally:
-        host.stop_host(vb)
+def test_genie_without_fastrpc_access_is_14001(boards):
+    vb = boards.start("iq-9075-evk", faults=("no-fastrpc-group",))
+    out = ssh(vb, f"setpriv --reuid llm --regid llm --init-groups sh -c \"{genie_cmd(vb)}\"")
+    assert out.returncode != 0
+    assert "Failed to create device: 14001" in out.stderr and "Device Creation failure" in out.stderr
 
 
-def test_genie_wrong_soc_model_bundle_gives_garbage(root):
-    vb = make_board(root, "iq-9075-evk", faults=("wrong-soc-model",))
-    host.start_host(vb)
-    try:
-        out = ssh(vb, genie_cmd(vb))
-        assert out.returncode == 0
-        assert GARBAGE_TOKEN * 4 in out.stdout
-        cfg = ssh(vb, "cat /opt/edge-llm/models/nemotron-nano-8b/current/htp_backend_ext_config.json").stdout
-        assert json.loads(cfg)["devices"][0]["soc_model"] == 0
-    finally:
-        host.stop_host(vb)
+def test_genie_wrong_soc_model_bundle_gives_garbage(boards):
+    vb = boards.start("iq-9075-evk", faults=("wrong-soc-model",))
+    out = ssh(vb, genie_cmd(vb))
+    assert out.returncode == 0
+    assert GARBAGE_TOKEN * 4 in out.stdout
+    cfg = ssh(vb, "cat /opt/edge-llm/models/nemotron-nano-8b/current/htp_backend_ext_config.json").stdout
+    assert json.loads(cfg)["devices"][0]["soc_model"] == 0
 
 
-def test_genie_truncated_part_fails_to_load(root):
-    vb = make_board(root, "iq-9075-evk", faults=("truncated-model",))
-    host.start_host(vb)
-    try:
-        out = ssh(vb, genie_cmd(vb))
-        assert out.returncode != 0
-        assert "Failed to create dialog" in out.stderr and "bytes present" in out.stderr
-    finally:
-        host.stop_host(vb)
+def test_genie_truncated_part_fails_to_load(boards):
+    vb = boards.start("iq-9075-evk", faults=("truncated-model",))
+    out = ssh(vb, genie_cmd(vb))
+    assert out.returncode != 0
+    assert "Failed to create dialog" in out.stderr and "bytes present" in out.stderr
