@@ -73,6 +73,32 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
+def kind(pid: int) -> str:
+    """What a sim process is, for the per-kind breakdown (where the memory goes per board)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "gone"
+    text = b" ".join(argv)
+    if b"provisioner.sim.supervisor" in text:
+        return "supervisor"
+    if b"provisioner.sim.host" in text or argv[:2] == [b"/bin/sh", b"/run/edge-llm-sim/agent"]:
+        return "namespace agent"
+    if argv[0].startswith((b"sshd", b"/usr/sbin/sshd")):
+        return "sshd"
+    return "other (services, sessions)"
+
+
+def breakdown(pids: list[int]) -> dict[str, tuple[int, float]]:
+    """kind -> (processes, RSS MB)."""
+    out: dict[str, tuple[int, float]] = {}
+    for pid in pids:
+        k = kind(pid)
+        n, mb = out.get(k, (0, 0.0))
+        out[k] = (n + 1, mb + rss_bytes([pid]) / 2**20)
+    return out
+
+
 def pss_bytes(pids: list[int]) -> int:
     """Proportional set size: shared interpreter pages counted once across processes."""
     total = 0
@@ -96,13 +122,14 @@ def run(count: int, board: str) -> dict[str, float]:
         pids = sim_processes(root)
         rss = rss_bytes(pids)
         pss = pss_bytes(pids)
+        kinds = breakdown(pids)
         with_ssh = sum(1 for b in res.boards if b.reload().ssh)
         t0 = time.monotonic()
         control.down(root)
         down_s = time.monotonic() - t0
         left = sim_processes(root)
     return {"boards": count, "up_s": up_s, "down_s": down_s, "processes": len(pids), "rss_mb": rss / 2**20,
-            "pss_mb": pss / 2**20, "with_ssh": with_ssh, "left": len(left)}
+            "pss_mb": pss / 2**20, "with_ssh": with_ssh, "left": len(left), "kinds": kinds}
 
 
 def main() -> int:
@@ -121,6 +148,9 @@ def main() -> int:
               f"{r['with_ssh']:>4} "
               f"{r['left']:>4}")
     big = rows[-1]
+    print(f"where the RSS goes at {big['boards']} boards:")
+    for k, (n, mb) in sorted(big["kinds"].items(), key=lambda kv: -kv[1][1]):
+        print(f"  {k:<28} {n:>4} processes {mb:>8.0f} MB  ({mb / n:.1f} MB each, {mb / big['boards']:.1f} MB/board)")
     print(f"goal: {big['boards']} boards < 2048 MB RSS -> measured {big['rss_mb']:.0f} MB "
           f"({big['rss_mb'] / 2048:.0%} of budget; PSS {big['pss_mb']:.0f} MB)")
     return 0
