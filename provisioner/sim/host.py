@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -246,6 +247,7 @@ def _agent_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "LANG", "PROVISIONER_DEBUG")}
     src = str(Path(__file__).resolve().parents[2])
     env["EDGE_LLM_SIM_PARENT_MNTNS"] = str(os.stat("/proc/self/ns/mnt").st_ino)
+    env["EDGE_LLM_SIM_WORLD_PYTHON"] = _world_python()    # probed once here, not by every agent
     env["PYTHONPATH"] = src + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -680,6 +682,7 @@ def _write(path: Path, text: str | bytes, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
+@functools.cache
 def _world_python() -> str:
     """An interpreter every board user may execute (/usr/bin/python3 when it is recent enough)."""
     for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
@@ -753,7 +756,7 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     sp = next((p for p in site.getsitepackages() if Path(p).is_dir()), None)
     if sp:
         _bind(sp, sim / "site", ro=True)
-    os.symlink(_world_python(), sim / runtime.PYTHON_LINK)
+    os.symlink(os.environ.get("EDGE_LLM_SIM_WORLD_PYTHON") or _world_python(), sim / runtime.PYTHON_LINK)
     shutil.copyfile(hd / "facts.json", sim / runtime.FACTS_NAME)
     os.chmod(sim / runtime.FACTS_NAME, 0o644)
     login = sim / "login-shell"
