@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from provisioner import ui
 from provisioner.artifacts.fetch import downloads_dir, fetch_all, plan_fetch
 from provisioner.manifest import load_manifest
-from provisioner.ui import Reporter, print_json, stderr, stdout, table
 
 
 @click.command("fetch")
@@ -23,16 +23,17 @@ def command(manifest: Path, dl_dir: Path | None, models_only: bool, timeout: flo
     m = load_manifest(manifest)
     target = downloads_dir(m, dl_dir.resolve() if dl_dir else None)
     items = plan_fetch(m, models_only=models_only)
-    reporter = Reporter(quiet=as_json)
+    reporter = ui.Reporter(quiet=as_json)
     if not items:
         reporter.info("nothing to fetch (models have local paths and --models-only was given)")
-    results = fetch_all(items, target, reporter=reporter, progress=not as_json and stderr.is_terminal,
+    results = fetch_all(items, target, reporter=reporter, progress=not as_json and ui.stderr.is_terminal,
                         timeout=(min(timeout, 10.0), timeout))
     if as_json:
-        print_json({"dl_dir": str(target), "files": [r.as_dict() for r in results]})
+        ui.print_json({"dl_dir": str(target), "files": [r.as_dict() for r in results]})
         return
     rows = [(r.item.filename, r.item.kind, r.status, f"{r.path.stat().st_size:,}",
              f"{r.transferred / max(r.seconds, 1e-6) / 1e6:,.1f} MB/s" if r.transferred else "-",
              r.sha256[:16] + "...") for r in results]
     if rows:
-        stdout.print(table(f"downloads in {target}", ["file", "kind", "status", "bytes", "speed", "sha256"], rows))
+        columns = ["file", "kind", "status", "bytes", "speed", "sha256"]
+        ui.stdout.print(ui.table(f"downloads in {target}", columns, rows))

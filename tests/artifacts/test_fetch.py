@@ -168,3 +168,10 @@ def test_complete_part_file_is_verified_and_finished(tmp_path, origin, cli):
     r = cli("fetch", m, "--models-only", "--json")
     assert r.code == 0 and origin.requests[-1]["status"] == 416
     assert (dl / NAME).read_bytes() == origin.data and not (dl / (NAME + ".part")).exists()
+
+
+def test_hint_reads_the_http_status_not_digits_in_the_port():
+    from provisioner.artifacts.fetch import _hint
+
+    assert "check the URL" in _hint(["http://127.0.0.1:36401/m.litertlm: HTTP 404 Not Found"])
+    assert "credentials" in _hint(["http://127.0.0.1:8404/m.litertlm: HTTP 401 Unauthorized"])
