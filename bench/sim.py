@@ -2,7 +2,8 @@
 """Benchmark: bring up 1, 16 and 64 booted virtual boards and tear them down.
 
 Prints wall time for ``up`` and ``down`` and the summed RSS of every sim process (supervisor,
-per-board namespace agents, sshd, services) once all boards are booted. Goal: 64 boards < 2 GB.
+per-board namespace agents, sshd, services) once all boards are booted, and for the largest count
+how that RSS splits by process kind. Goal: 64 boards < 2 GB.
 Timings on shared CI machines are noisy: read ratios, never treat one number as pass/fail.
 
     python3 bench/sim.py [--counts 1,16,64] [--boot-scale 0]
