@@ -250,8 +250,7 @@ class ConsoleDriver:
                 # Line noise can spoil one attempt; a wrong password fails every time.
                 refused += 1
                 if refused >= 2:
-                    raise LoginRefused(f"console {self.port}: login as {self.credential.user} was refused",
-                                       f"check the password in {self.credential.describe()}")
+                    raise self._refused()
                 continue
             if kind == "login":
                 if typed == "user" and time.monotonic() - typed_at < STALE_PROMPT_S:
@@ -261,8 +260,7 @@ class ConsoleDriver:
                 if typed == "password":
                     refused += 1
                     if refused >= 2:
-                        raise LoginRefused(f"console {self.port}: login as {self.credential.user} was refused",
-                                           f"check the password in {self.credential.describe()}")
+                        raise self._refused()
                 self.drain(0.3)   # swallow further queued prompts before typing
                 self.write(self.credential.user + "\r")
                 typed, typed_at = "user", time.monotonic()
@@ -291,6 +289,15 @@ class ConsoleDriver:
                 if res.ok:
                     self.logged_in = True
                     return
+
+    def _refused(self) -> LoginRefused:
+        if self.banner:
+            return LoginRefused(f"console {self.port}: login as {self.credential.user} was refused on a board "
+                                f"running release {self.banner}",
+                                "production images disable root on the console: use SSH with the fleet key "
+                                f"(or a debug image); on a debug image check {self.credential.describe()}")
+        return LoginRefused(f"console {self.port}: login as {self.credential.user} was refused",
+                            f"check the password in {self.credential.describe()}")
 
     def run(self, command: str, *, timeout_s: float = 30.0, _check_shell: bool = True) -> CommandResult:
         """Run ``command`` in the board's shell; output and exit status delimited by markers.

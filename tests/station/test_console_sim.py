@@ -113,7 +113,7 @@ def test_flash_with_boot_check_reads_new_release_back(booted, station, release_8
 
 def test_debug_image_boot_check_logs_in_and_a_production_board_cannot_be_sent_to_edl(booted, station,
                                                                                       release_8275,
-                                                                                      release_8275_debug):
+                                                                                      release_8275_debug, capsys):
     """Debug image: the station logs in after the reboot and checks soc0 machine and serial too.
     Production image on the board: the next flash cannot send it to EDL over the console, and
     says what to do instead."""
@@ -133,6 +133,9 @@ def test_debug_image_boot_check_logs_in_and_a_production_board_cannot_be_sent_to
         assert run.ok and run.results[0].identity["source"] == "console banner"
         seen = scan(station.config, [str(vb.console_link)]).consoles[0]
         assert seen.identity["build_id"] == "gemma4-e2b-iq8275-2026.11" and "refused" in seen.error
+        assert main(["console", str(vb.console_link), "--identity"]) == 2
+        err = capsys.readouterr().err
+        assert "refused on a board running release gemma4-e2b-iq8275-2026.11" in err and "use SSH" in err
         run = flash_release(release_8275, station.config, serials=[vb.serial], edl_timeout_s=15, records=rec)
     assert not run.ok
     assert "root cannot log in on its console" in run.results[0].error
