@@ -448,6 +448,14 @@ def count_tokens(text: str) -> int:
     return max(1, round(len(re.findall(r"\w+|[^\w\s]", text)) * 1.15))
 
 
+def first_tokens(text: str, limit: int) -> str:
+    """The longest word prefix of ``text`` that :func:`count_tokens` puts at ``limit`` tokens or fewer."""
+    words = text.split(" ")
+    while len(words) > 1 and count_tokens(" ".join(words)) > limit:
+        words.pop()
+    return " ".join(words)
+
+
 # --------------------------------------------------------------------------- speed
 @dataclass
 class Timing:
@@ -789,6 +797,9 @@ def genie_t2t_run(argv: list[str], out: TextIO, err: TextIO, view: BoardView) ->
                   f"perf_profile {model.perf_profile}\"\n")
     burst = (model.perf_profile or "burst") == "burst"
     coherent = answer_for(prompt)
+    limit = (model.config or {}).get("dialog", {}).get("max-num-tokens")
+    if isinstance(limit, int) and limit > 0:
+        coherent = first_tokens(coherent, limit)     # Genie stops generating at dialog.max-num-tokens
     n = count_tokens(coherent)
     p_tokens = count_tokens(prompt)
     t = timing(view, model, p_tokens, n, burst=burst, rng=rng)

@@ -117,6 +117,23 @@ def test_genie_healthy_run_and_profile(nemotron):
     assert events["GenieDialog_query"]["time-to-first-token"]["unit"] == "us"
 
 
+def test_genie_stops_at_the_dialog_max_num_tokens(nemotron):
+    """A config copy with dialog.max-num-tokens (what edge-llm-serve writes for max_tokens) is obeyed."""
+    d = "/opt/edge-llm/models/nemotron-nano-8b/current"
+    make_copy = (f"python3 -c \"import json; c = json.load(open('{d}/genie_config.json')); "
+                 f"c['dialog']['max-num-tokens'] = 4; json.dump(c, open('{d}/limited.json', 'w'))\"")
+    cmd = genie_cmd(nemotron, "--profile /tmp/.genie-lim-$$.json; cat /tmp/.genie-lim-$$.json; "
+                              f"rm -f /tmp/.genie-lim-$$.json {d}/limited.json")
+    out = ssh(nemotron, make_copy + " && " + cmd.replace("-c genie_config.json", "-c limited.json"))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout[out.stdout.index("[BEGIN]: ") + 9:out.stdout.index("[END]")]
+    full = answer_for("Explain gravity in one short English sentence.")
+    assert full.startswith(text) and len(text) < len(full)
+    prof = json.loads(out.stdout[out.stdout.index("[END]") + 6:])
+    query = next(e for e in prof["components"][0]["events"] if e["type"] == "GenieDialog_query")
+    assert query["num-generated-tokens"]["value"] <= 4
+
+
 def test_genie_refuses_to_overwrite_a_profile(nemotron):
     out = ssh(nemotron, "touch /tmp/.exists.json; " + genie_cmd(nemotron, "--profile /tmp/.exists.json")
               + "; echo rc=$?; rm -f /tmp/.exists.json")
