@@ -34,7 +34,7 @@ from provisioner.manifest import Manifest
 from provisioner.ui import Reporter
 
 CHUNK = 1024 * 1024
-RECV_CHUNK = 64 * 1024  # HTTP body: cache-sized chunks (see _Sink)
+RECV_CHUNK = 128 * 1024  # HTTP body: cache-sized chunks (see _Sink)
 RECV_BUFFERS = 16
 TOKEN_ENV = "PROVISIONER_HTTP_TOKEN"
 DEFAULT_TIMEOUT = (10.0, 60.0)  # connect, read (seconds without a byte)
@@ -279,42 +279,45 @@ class _Sink:
     ``recv``, ``write`` and ``sha256`` all release the GIL: with a sink thread they overlap
     instead of taking turns when a core is free. Chunks travel in a small fixed pool of buffers
     that the reader fills with ``readinto`` and the sink hands back, so no memory is allocated
-    per chunk. The chunk is small on purpose: each byte is touched three times (copied in from
-    the socket, copied out to the page cache, hashed), and a 64 KiB chunk is still in the CPU
-    cache for the second and third touch while a 1 MiB one is not. Measured with ``bench/fetch.py``
-    on a loaded 2-core VM: 1 MiB chunks cost ~4.4 s CPU per GB (0.55x curl), 64 KiB x 16 buffers
-    ~2.9 s (0.86-0.95x curl; curl itself ~1.8 s and does not hash).
+    per chunk. The chunk size is a measured compromise: each byte is touched three times (copied
+    in from the socket, copied out to the page cache, hashed), and a 128 KiB chunk is still in the
+    CPU cache for the second and third touch while a 1 MiB one is not; smaller chunks add Python
+    work per byte. ``provisioner fetch`` of 1 GB on the 2-core VM (CPU user+sys, wall vs curl):
+    1 MiB ~3.6 s (0.6-0.7x), 64 KiB ~2.9 s (0.8-0.9x), 128 KiB ~2.5 s (0.9-1.05x); curl ~1.8 s,
+    and it does not hash.
     """
 
     def __init__(self, fo: Any, h: Any, buffers: int = RECV_BUFFERS, size: int = RECV_CHUNK) -> None:
         self.fo, self.h = fo, h
         self.error: BaseException | None = None
-        self.free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        # memoryviews made once: per-chunk Python work is what small chunks multiply
+        self.free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
         for _ in range(buffers):
-            self.free.put(bytearray(size))
-        self.full: queue.SimpleQueue[tuple[bytearray, int] | None] = queue.SimpleQueue()
+            self.free.put(memoryview(bytearray(size)))
+        self.full: queue.SimpleQueue[tuple[memoryview, int] | None] = queue.SimpleQueue()
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
 
     def _run(self) -> None:
+        write, update = self.fo.write, self.h.update
         while (item := self.full.get()) is not None:
             buf, n = item
             if self.error is None:
                 try:
-                    with memoryview(buf) as view:
-                        self.fo.write(view[:n])
-                        self.h.update(view[:n])
+                    chunk = buf if n == len(buf) else buf[:n]
+                    write(chunk)
+                    update(chunk)
                 except BaseException as exc:  # disk full etc.: reported by finish()
                     self.error = exc
             self.free.put(buf)  # always hand it back: the reader must never wait forever
 
-    def buffer(self) -> bytearray:
+    def buffer(self) -> memoryview:
         """An empty buffer to read into (waits while all of them are queued for writing)."""
         if self.error is not None:
             raise self.error
         return self.free.get()
 
-    def put(self, buf: bytearray, n: int) -> None:
+    def put(self, buf: memoryview, n: int) -> None:
         """Queue the first ``n`` bytes of ``buf`` for writing and hashing (``n == 0``: just hand it back)."""
         if n:
             self.full.put((buf, n))
@@ -329,7 +332,7 @@ class _Sink:
         return self.h
 
 
-def _readinto(resp: Any) -> Callable[[bytearray], int]:
+def _readinto(resp: Any) -> Callable[[memoryview], int]:
     """``readinto`` of the response body without copies where possible.
 
     urllib3's own ``readinto`` reads into a new bytes object and copies it; the ``http.client``
@@ -389,7 +392,7 @@ def _http(url: str, part: Path, have: int, h: Any, item: FetchItem, session: Any
         with open(part, "ab" if resumed else "wb") as fo:
             sink = _Sink(fo, h)
             lost: BaseException | None = None
-            shown_at = 0  # progress moves per MiB, not per 64 KiB chunk (rich takes a lock per update)
+            shown_at = 0  # progress moves per MiB, not per chunk (rich takes a lock per update)
             try:
                 while True:
                     buf = sink.buffer()
