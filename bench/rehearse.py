@@ -6,13 +6,18 @@ Run as root: ``python3 bench/rehearse.py [--boards 4 16]``. Prints a table per r
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
+import sys
 from pathlib import Path
 
-from provisioner.rehearse import Rehearsal, RehearsalOptions
-from provisioner.ui import Reporter
+# bench/ holds scripts named like stdlib modules (inspect.py): replace the script dir on sys.path.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+import argparse  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from provisioner.rehearse import Rehearsal, RehearsalOptions  # noqa: E402
+from provisioner.ui import Reporter  # noqa: E402
 
 
 def run(boards: int) -> dict[str, float]:
