@@ -27,6 +27,7 @@ class Result:
     duration_s: float
     timed_out: bool = False
     tail: tuple[str, ...] = ()
+    stopped: bool = False       # ended (or never started) because the caller's stop event was set
 
 
 def which(program: str, what: str, hint: str) -> str:
@@ -46,15 +47,20 @@ def run_streaming(
     cwd: Path | None = None,
     timeout_s: float | None = None,
     tail_lines: int = 40,
+    stop: threading.Event | None = None,
 ) -> Result:
     """Run ``argv``, feeding each output line (stdout+stderr merged) to ``on_line``.
 
     The child gets its own process group so a timeout or Ctrl-C stops it and its children.
-    Returns the exit status and the last ``tail_lines`` lines for error messages.
+    ``stop`` is how another thread ends the run (Ctrl-C arrives in the main thread only): set
+    before the start, nothing is started; set later, the process group is terminated. Returns the
+    exit status and the last ``tail_lines`` lines for error messages.
     """
     argv = [str(a) for a in argv]
     start = time.monotonic()
     tail: list[str] = []
+    if stop is not None and stop.is_set():
+        return Result(argv, -signal.SIGTERM, 0.0, stopped=True)
     log = open(log_path, "a", encoding="utf-8", errors="replace") if log_path else None  # noqa: SIM115
     try:
         proc = subprocess.Popen(
@@ -77,6 +83,16 @@ def run_streaming(
     if timer:
         timer.daemon = True
         timer.start()
+    stopped = threading.Event()
+    if stop is not None:
+        def _watch() -> None:
+            while proc.poll() is None:
+                if stop.wait(0.2):
+                    stopped.set()
+                    _terminate(proc)
+                    return
+
+        threading.Thread(target=_watch, name=f"stop-{proc.pid}", daemon=True).start()
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -98,7 +114,8 @@ def run_streaming(
             timer.cancel()
         if log:
             log.close()
-    return Result(argv, proc.returncode, time.monotonic() - start, timed_out.is_set(), tuple(tail))
+    return Result(argv, proc.returncode, time.monotonic() - start, timed_out.is_set(), tuple(tail),
+                  stopped.is_set())
 
 
 def _terminate(proc: subprocess.Popen) -> None:

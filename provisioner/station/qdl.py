@@ -234,10 +234,12 @@ class QdlDriver:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n")
-        res = run_streaming(argv, on_line=on_line, log_path=log_path, timeout_s=timeout_s)
-        ok = res.returncode == 0 and not res.timed_out
+        res = run_streaming(argv, on_line=on_line, log_path=log_path, timeout_s=timeout_s, stop=stop)
+        ok = res.returncode == 0 and not res.timed_out and not res.stopped
         error = None
-        if res.timed_out:
+        if res.stopped:
+            error = "qdl stopped: the run was interrupted"
+        elif res.timed_out:
             if progress.waiting_for_device or progress.phase in ("starting", "waiting"):
                 error = f"qdl did not see board {serial or ''} in EDL within {timeout_s:g} s".replace("  ", " ")
             else:

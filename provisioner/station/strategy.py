@@ -211,7 +211,7 @@ class BoardStrategy:
 
             outcome = self.s.qdl.flash(pf.qdl_args(), serial=self.target.serial if self.s.serial_select else None,
                                        planned=planned, log_path=self.log_path, timeout_s=self.s.timeout_s,
-                                       include=pf.bundle_dir, on_progress=on_progress)
+                                       include=pf.bundle_dir, on_progress=on_progress, stop=self.stop)
             self.progress = outcome.progress
             if outcome.ok:
                 if outcome.progress.warnings:
