@@ -38,6 +38,15 @@ LOGFILE = "supervisor.log"
 SLOW_FACTOR = 4.0
 
 
+def console_lag() -> float:
+    """Seconds before a board reacts to console input (``PROVISIONER_SIM_CONSOLE_LAG_S``, default 0):
+    a stalled board or a starved station host, where prompts arrive long after they were asked for."""
+    try:
+        return max(0.0, float(os.environ.get("PROVISIONER_SIM_CONSOLE_LAG_S", "0")))
+    except ValueError:
+        return 0.0
+
+
 def boot_scale() -> float:
     """Multiplier for boot delays (``PROVISIONER_SIM_BOOT_SCALE``; 0 = as fast as possible)."""
     try:
@@ -214,6 +223,15 @@ class BoardHardware:
             data = os.read(self.master, 4096)
         except (BlockingIOError, OSError):
             return
+        if not data:
+            return
+        lag = console_lag()
+        if lag:
+            self.sup.loop.call_later(lag, self._feed, data)
+        else:
+            self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
         if data:
             try:
                 self.shell.feed(data)

@@ -67,8 +67,7 @@ def _is_url(port: str) -> bool:
     return "://" in port
 
 
-STALE_PROMPT_S = 3.0   # a login prompt this soon after typing the user name is an old one
-ANSWER_WAIT_S = 8.0    # how long a typed user name or password may go unanswered before we nudge
+ANSWER_WAIT_S = 8.0    # how long a typed user name or password may go unanswered before we start over
 
 
 class ConsoleDriver:
@@ -253,9 +252,10 @@ class ConsoleDriver:
                     raise self._refused()
                 continue
             if kind == "login":
-                if typed == "user" and time.monotonic() - typed_at < STALE_PROMPT_S:
-                    # A prompt that was already queued when we typed (getty re-printed its banner,
-                    # or our own nudge): answering it would type the user name as the password.
+                if typed == "user" and time.monotonic() - typed_at < ANSWER_WAIT_S:
+                    # A prompt queued before our user name (getty re-printed its banner, or an
+                    # earlier nudge, however late a stalled board prints it): typing the user
+                    # name again would answer the password prompt that is on its way.
                     continue
                 if typed == "password":
                     refused += 1
@@ -281,7 +281,7 @@ class ConsoleDriver:
                 if 0 < len(tail) <= 80:
                     self.prompt = tail
                 try:
-                    res = self.run("true", timeout_s=min(max(left, 2.0), 5.0), _check_shell=False)
+                    res = self.run("true", timeout_s=min(max(left, 2.0), 15.0), _check_shell=False)
                 except StationError:
                     typed = ""
                     self.write("\r")

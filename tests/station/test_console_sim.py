@@ -58,6 +58,19 @@ def test_slow_login_is_waited_for_and_never_leaks_the_password(booted, monkeypat
     assert b"oelinux123" not in vb.log_path.read_bytes()
 
 
+def test_stalled_board_late_prompts_are_not_answered_twice(booted, monkeypatch, tmp_path):
+    """Every typed line takes 5 s to reach the board (stalled board or starved host): login
+    prompts asked for by earlier nudges arrive seconds after the user name was typed. Answering
+    one would type the user name as the password and the password at a login prompt (echoed)."""
+    monkeypatch.setenv("PROVISIONER_SIM_CONSOLE_LAG_S", "5")
+    vb = booted()[0]
+    log = tmp_path / "console.log"
+    with ConsoleDriver(str(vb.console_link), credential=Credential(), prompt_timeout_s=60, log_path=log) as con:
+        con.ensure_shell()
+    assert "Login incorrect" not in log.read_text()
+    assert b"oelinux123" not in vb.log_path.read_bytes()
+
+
 def test_console_edl_then_scan_sees_it(booted, station, capsys, tmp_path):
     vb = booted()[0]
     slots = tmp_path / "slots.yaml"
