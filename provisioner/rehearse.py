@@ -404,6 +404,7 @@ class Rehearsal:
     def step_boot_check(self) -> str:
         """Each board's recorded attempt: the identity the station read on its console after the
         reboot (full identity on debug images, the banner's BUILD_ID on production images)."""
+        from provisioner.station.console import BANNER_SOURCE
         from provisioner.station.records import Records
 
         wrong, banner = [], 0
@@ -414,7 +415,7 @@ class Rehearsal:
                     ident = last.get("identity") or {}
                     build_id = ident.get("build_id")
                     self.boards_info[serial]["build_id"] = build_id
-                    by_banner = ident.get("source") == "console banner"
+                    by_banner = ident.get("source") == BANNER_SOURCE
                     banner += by_banner
                     machine_ok = by_banner or ident.get("machine") == lane.board.soc0_machine
                     if last.get("result") != "passed" or build_id != lane.manifest.release or not machine_ok:

@@ -42,12 +42,7 @@ class LoginRefused(StationError):
 
 
 BANNER_RE = re.compile(re.escape(layout.BANNER_RELEASE_PREFIX) + r"(\S+)")
-
-
-def banner_release(text: str) -> str | None:
-    """The release id the getty banner printed last (``edge-llm release <BUILD_ID>``), if any."""
-    found = BANNER_RE.findall(_ANSI.sub("", text))
-    return found[-1] if found else None
+BANNER_SOURCE = "console banner"   # identity["source"] when only the getty banner could be read
 
 
 @dataclass
@@ -384,6 +379,18 @@ class ConsoleDriver:
         ident["ip"] = addrs[0] if addrs else None
         return ident
 
+    def identity_or_banner(self, timeout_s: float | None = None) -> tuple[dict[str, Any], str | None]:
+        """(identity, None) after a root login; where root is refused but a getty banner named the
+        release (production images), (what the banner shows, why login was not possible)."""
+        try:
+            self.ensure_shell(timeout_s)
+            return self.identity(), None
+        except LoginRefused as exc:
+            if self.banner is None:
+                raise
+            return ({"console": self.port, "build_id": self.banner, "hostname": self.banner_host,
+                     "source": BANNER_SOURCE}, exc.message)
+
     def reboot_edl(self) -> None:
         """``reboot edl`` as root: the board drops off the console and re-enumerates as 05c6:9008."""
         if not self.logged_in:
@@ -415,7 +422,11 @@ class ConsoleDriver:
         return got[1]
 
     def _note_banner(self, text: str) -> None:
-        self.banner = banner_release(text) or self.banner
+        """Remember what the getty banner in ``text`` (already ANSI-free) says: the last
+        ``edge-llm release <BUILD_ID>`` line and the host name before ``login:``."""
+        found = BANNER_RE.findall(text)
+        if found:
+            self.banner = found[-1]
         m = LOGIN_HOST_RE.search(text)
         if m:
             self.banner_host = m.group(1)

@@ -21,7 +21,7 @@ from provisioner.image.release import Release
 from provisioner.station import edl
 from provisioner.station.bundle import Preflight, preflight
 from provisioner.station.config import StationConfig
-from provisioner.station.console import ConsoleDriver, LoginRefused
+from provisioner.station.console import ConsoleDriver
 from provisioner.station.qdl import QDL_HINT, QdlDriver, QdlInfo, detect_qdl
 from provisioner.station.records import FAILED, INTERRUPTED, PASSED, Records
 from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashSettings, Listener, StepEvent
@@ -73,16 +73,7 @@ def scan(config: StationConfig, consoles: list[str] | None = None, *, records: R
         try:
             with ConsoleDriver(port, baudrate=config.baudrate, credential=config.credential,
                                prompt_timeout_s=prompt_timeout_s) as con:
-                try:
-                    con.ensure_shell()
-                    cb.identity = con.identity()
-                except LoginRefused as exc:
-                    if con.banner is None:
-                        raise
-                    # production image: what the getty banner says, and why that is all
-                    cb.identity = {"console": port, "build_id": con.banner, "hostname": con.banner_host,
-                                   "source": "console banner"}
-                    cb.error = exc.message
+                cb.identity, cb.error = con.identity_or_banner()
             cb.board = board_for_machine(cb.identity.get("machine"))
             if records and cb.identity.get("serial"):
                 records.board_seen(cb.identity["serial"], mode="booted", board=cb.board)

@@ -22,7 +22,7 @@ from provisioner.errors import StationError, UserError
 from provisioner.station import edl
 from provisioner.station.bundle import Preflight
 from provisioner.station.config import Credential
-from provisioner.station.console import ConsoleDriver, LoginRefused
+from provisioner.station.console import BANNER_SOURCE, ConsoleDriver, LoginRefused
 from provisioner.station.qdl import QdlDriver, QdlProgress
 
 STATES = ("unknown", "edl", "flashing", "flashed", "booted", "verified")
@@ -295,15 +295,9 @@ class BoardStrategy:
                         raise
                     time.sleep(0.2)
         try:
-            try:
-                con.ensure_shell(timeout_s=max(1.0, deadline - time.monotonic()))
-                self.identity = con.identity()
-            except LoginRefused as exc:
-                if con.banner is None:
-                    raise
-                self.identity = {"console": self.target.console, "build_id": con.banner,
-                                 "hostname": con.banner_host, "source": "console banner"}
-                self.emit("boot", "progress", note=f"identity from the console banner ({exc.message})")
+            self.identity, refused = con.identity_or_banner(timeout_s=max(1.0, deadline - time.monotonic()))
+            if refused:
+                self.emit("boot", "progress", note=f"identity from the console banner ({refused})")
         finally:
             con.close()
         self.boot_log = self.console_log
@@ -314,7 +308,7 @@ class BoardStrategy:
         problems = []
         if ident.get("build_id") != pf.release_id:
             problems.append(f"BUILD_ID is {ident.get('build_id')!r}, expected {pf.release_id!r}")
-        if ident.get("source") != "console banner" and ident.get("machine") != pf.board.soc0_machine:
+        if ident.get("source") != BANNER_SOURCE and ident.get("machine") != pf.board.soc0_machine:
             problems.append(f"soc0 machine is {ident.get('machine')!r}, expected {pf.board.soc0_machine!r}")
         if ident.get("serial") and ident["serial"] != self.target.serial:
             problems.append(f"console {self.target.console} shows board {ident['serial']}, not {self.target.serial}")
