@@ -45,6 +45,15 @@ def sim_root(root: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.environ.get("PROVISIONER_SIM_ROOT") or DEFAULT_ROOT).absolute()
 
 
+def env_number(name: str, default: float) -> float:
+    """A simulator knob from the environment (a scale or a delay): a non-negative number, the
+    default when unset or malformed, so a typo never stops the boards."""
+    try:
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
 def boards_dir(root: Path) -> Path:
     return Path(root) / "boards"
 

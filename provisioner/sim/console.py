@@ -13,7 +13,6 @@ the board's configured credential.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from provisioner import layout
-from provisioner.sim.board import VirtualBoard
+from provisioner.sim.board import VirtualBoard, env_number
 
 KERNEL = "6.18.0-qli"
 REMOTEPROC_CRASH = re.compile(r"^/sys/kernel/debug/remoteproc/remoteproc\d+/crash$")
@@ -36,10 +35,7 @@ def login_delay() -> float:
     before it prints the prompt; whatever is typed meanwhile waits in the tty and is then read
     as the password. That is how a console driver that nudges the line too early gets refused.
     """
-    try:
-        return max(0.0, float(os.environ.get("PROVISIONER_SIM_LOGIN_DELAY_S", "0")))
-    except ValueError:
-        return 0.0
+    return env_number("PROVISIONER_SIM_LOGIN_DELAY_S", 0.0)
 
 
 def boot_banner(board: VirtualBoard) -> list[str]:
@@ -117,15 +113,16 @@ def getty_banner(hostname: str, rootfs: Path | None = None) -> str:
     if rootfs is not None and (rootfs / "etc/issue").is_file():
         parts = [rootfs / "etc/issue"] + sorted((rootfs / "etc/issue.d").glob("*.issue"))
         issue = "".join(p.read_text(encoding="utf-8", errors="replace") for p in parts if p.is_file())
-        osr = _os_release(rootfs)
+        osr = os_release(rootfs)
     else:
         osr = {}
     text = _expand_issue(issue, hostname, osr)
     return "\r\n" + text.replace("\n", "\r\n") + f"{hostname} login: "
 
 
-def _os_release(rootfs: Path) -> dict[str, str]:
-    out = {}
+def os_release(rootfs: Path) -> dict[str, str]:
+    """KEY=value pairs of the flashed image's /etc/os-release (quotes removed); {} when absent."""
+    out: dict[str, str] = {}
     try:
         lines = (rootfs / layout.OS_RELEASE.lstrip("/")).read_text(encoding="utf-8").splitlines()
     except OSError:

@@ -68,7 +68,7 @@ from typing import Any
 from provisioner import catalog, layout
 from provisioner.errors import SimError
 from provisioner.sim import runtime, systemctl
-from provisioner.sim.board import VirtualBoard, list_boards, sim_root
+from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root
 
 SSH_HOST = "127.0.0.1"
 SIM_DIR = runtime.SIM_DIR
@@ -163,10 +163,7 @@ def start_host(board: VirtualBoard, *, time_scale: float | None = None,
     real runtime would take (0 = answer instantly; default ``$PROVISIONER_SIM_TIME_SCALE`` or 0.1).
     """
     if time_scale is None:
-        try:
-            time_scale = max(0.0, float(os.environ.get("PROVISIONER_SIM_TIME_SCALE", "0.1")))
-        except ValueError:
-            time_scale = 0.1
+        time_scale = env_number("PROVISIONER_SIM_TIME_SCALE", 0.1)
     board.reload()
     rootfs = board.rootfs_dir
     if not (rootfs / "etc").is_dir():

@@ -30,7 +30,7 @@ from typing import Any
 
 from provisioner.errors import SimError
 from provisioner.sim import console as con
-from provisioner.sim.board import VirtualBoard, boards_dir, list_boards, sim_root
+from provisioner.sim.board import VirtualBoard, boards_dir, env_number, list_boards, sim_root
 
 POLL_S = 0.2
 PIDFILE = "supervisor.pid"
@@ -41,18 +41,12 @@ SLOW_FACTOR = 4.0
 def console_lag() -> float:
     """Seconds before a board reacts to console input (``PROVISIONER_SIM_CONSOLE_LAG_S``, default 0):
     a stalled board or a starved station host, where prompts arrive long after they were asked for."""
-    try:
-        return max(0.0, float(os.environ.get("PROVISIONER_SIM_CONSOLE_LAG_S", "0")))
-    except ValueError:
-        return 0.0
+    return env_number("PROVISIONER_SIM_CONSOLE_LAG_S", 0.0)
 
 
 def boot_scale() -> float:
     """Multiplier for boot delays (``PROVISIONER_SIM_BOOT_SCALE``; 0 = as fast as possible)."""
-    try:
-        return max(0.0, float(os.environ.get("PROVISIONER_SIM_BOOT_SCALE", "1")))
-    except ValueError:
-        return 1.0
+    return env_number("PROVISIONER_SIM_BOOT_SCALE", 1.0)
 
 
 # ---------------------------------------------------------------------------------------------- host (D2)
@@ -155,17 +149,6 @@ def extract_rootfs(board: VirtualBoard) -> str | None:
     return None
 
 
-def read_build_id(rootfs: Path) -> str | None:
-    try:
-        text = (rootfs / "etc/os-release").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("BUILD_ID="):
-            return line.split("=", 1)[1].strip().strip('"')
-    return None
-
-
 # ---------------------------------------------------------------------------------------------- one board
 class BoardHardware:
     """Console pty + boot sequencing of one board inside the supervisor's loop."""
@@ -232,12 +215,11 @@ class BoardHardware:
             self._feed(data)
 
     def _feed(self, data: bytes) -> None:
-        if data:
-            try:
-                self.shell.feed(data)
-            except Exception as exc:  # noqa: BLE001 - a bad line must not kill the supervisor
-                print(f"{self.board.serial}: console error: {exc!r}", file=sys.stderr, flush=True)
-                self.write(b"-sh: internal error\r\n")
+        try:
+            self.shell.feed(data)
+        except Exception as exc:  # noqa: BLE001 - a bad line must not kill the supervisor
+            print(f"{self.board.serial}: console error: {exc!r}", file=sys.stderr, flush=True)
+            self.write(b"-sh: internal error\r\n")
 
     # ---------------------------------------------------------------- power events
     def power(self, target: str, event: str | None = None) -> None:
@@ -325,7 +307,7 @@ class BoardHardware:
                         "unknown-block(0,0)"])
             return
         cmdline = con.read_cmdline(b)
-        fields: dict[str, Any] = {"build_id": read_build_id(b.rootfs_dir)}
+        fields: dict[str, Any] = {"build_id": con.os_release(b.rootfs_dir).get("BUILD_ID")}
         dm = con.cmdline_download_mode(cmdline)
         if dm is not None:
             fields["download_mode"] = dm
