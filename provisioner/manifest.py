@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from provisioner import catalog
 from provisioner.errors import ManifestError
+from provisioner.yamlsafe import YamlError, load_yaml
 
 MANIFEST_VERSION = 1
 RUNTIMES = ("litert_lm", "genie")
@@ -187,13 +186,9 @@ def read_yaml(path: Path) -> Any:
     if not text.strip():
         raise ManifestError(f"{path}: manifest is empty", "start from examples/*.yaml")
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ManifestError(f"{path}:{where}: YAML syntax error: {problem}",
-                            "fix the indentation/quoting at that line") from exc
+        return load_yaml(text, str(path))
+    except YamlError as exc:
+        raise ManifestError(exc.message, exc.hint) from None
 
 
 def load_manifest(path: str | Path) -> Manifest:

@@ -132,3 +132,26 @@ def test_cli_good_manifest_prints_plan_summary(tmp_path, capsys):
     p.write_text(GOOD)
     code, out, err = _check(capsys, p, "--no-files")
     assert code == 0 and "m.yaml: OK" in out and "iq-8275-evk" in out and "2.44.0.260225" in out
+
+
+def _alias_bomb() -> str:
+    """The classic "billion laughs": nine levels of ten aliases each (10^9 strings if expanded)."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused_at_its_first_anchor(tmp_path):
+    p = _write(tmp_path, _alias_bomb())
+    assert p.stat().st_size < 2500
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and "line 1, column 4" in msg and "anchor &a" in msg
+
+
+def test_yaml_alias_refused_with_location(tmp_path):
+    p = _write(tmp_path, "release: r1\nboard: iq-8275-evk\nqli: *board\n")
+    with pytest.raises(ManifestError, match=r"line 3, column 6: YAML alias \*board is not accepted"):
+        load_manifest(p)
