@@ -24,6 +24,11 @@ VARIANTS = ("production", "debug")
 ENGINES = ("docker", "podman")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+# useradd's portable name rule (shadow-utils: at most 32 chars, lowercase start)
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# The inference service must not run as root (or another system account): it would own the NPU with
+# every privilege, and edge-llm-user's `useradd --system` of an existing account fails the build.
+RESERVED_USERS = frozenset({"root", "daemon", "bin", "sys", "nobody", "sshd", "messagebus", "systemd-network"})
 SSH_KEY_RE = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh.com) [A-Za-z0-9+/=]+")
 
 TOP_KEYS = {"manifest", "release", "board", "qli", "qairt", "runtimes", "models", "image", "build", "verify"}
@@ -411,12 +416,25 @@ def _image(c: _Collector, d: Any) -> ImagePolicy:
         if "PRIVATE KEY" in str(k):
             c.add(f"image.ssh_authorized_keys[{i}]", "this is a PRIVATE key", "never put private keys in a manifest; "
                   "use the .pub file")
+        elif any(ord(ch) < 32 and ch != "\t" for ch in str(k)):
+            # local.conf is line-based: a raw newline would end the value and start a new line
+            c.add(f"image.ssh_authorized_keys[{i}]", "contains a line break or control character",
+                  "one key per list item, each on one line (no YAML '|' block)")
+        elif any(ch in str(k) for ch in "\"'\\") or "${" in str(k):
+            c.add(f"image.ssh_authorized_keys[{i}]", "contains quotes, backslashes or '${'",
+                  "use the plain one-line public key")
         elif not SSH_KEY_RE.match(str(k)):
             c.add(f"image.ssh_authorized_keys[{i}]", "not an OpenSSH public key", "paste a line of ~/.ssh/id_*.pub")
     if login == "keys-only" and not keys:
         c.add("image.ssh_authorized_keys", "root_login is keys-only but no key is given",
               "add at least one public key or you will be locked out")
     user = str(d.get("inference_user", "llm"))
+    if user in RESERVED_USERS:
+        c.add("image.inference_user", f"{user!r} is a system account",
+              "use a dedicated unprivileged user (e.g. llm); it only needs group fastrpc")
+    elif not USER_RE.match(user):
+        c.add("image.inference_user", f"{user!r} is not a valid Linux user name",
+              "use lowercase letters, digits, '_' or '-' (e.g. llm)")
     return ImagePolicy(variant=variant, memlock=memlock, download_mode=int(dm), root_login=login,
                        ssh_authorized_keys=tuple(str(k) for k in keys), inference_user=user,
                        extra_packages=tuple(d.get("extra_packages", []) or []))

@@ -118,7 +118,8 @@ def test_cli_bad_manifest(tmp_path, capsys, text, location, needle):
     if text is not None:
         p.write_text(text)
     code, out, err = _check(capsys, p, "--no-files")
-    assert code == 2 and out == ""
+    # unreadable: nothing could be checked (2); read and found unfit, each problem located (1)
+    assert code == (2 if location is None else 1) and out == ""
     assert err[0].startswith("error: ")
     if location is None:
         assert len(err) == 1 and needle in err[0]
@@ -155,3 +156,29 @@ def test_yaml_alias_refused_with_location(tmp_path):
     p = _write(tmp_path, "release: r1\nboard: iq-8275-evk\nqli: *board\n")
     with pytest.raises(ManifestError, match=r"line 3, column 6: YAML alias \*board is not accepted"):
         load_manifest(p)
+
+
+_BASE = """
+release: r1
+board: iq-8275-evk
+qairt: ["2.44.0.260225"]
+models: [{name: g, kind: litertlm, path: g.litertlm, qairt: "2.44.0.260225"}]
+"""
+
+
+def test_inference_user_root_is_refused(tmp_path):
+    p = _write(tmp_path, _BASE + "image: {variant: debug, inference_user: root}\n")
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(p)
+    assert [pr.location for pr in exc.value.problems] == ["image.inference_user"]
+    assert "system account" in str(exc.value)
+
+
+def test_ssh_key_with_raw_newline_is_refused(tmp_path):
+    # a YAML double-quoted "\n" is a real newline: it would end the local.conf value mid-key
+    p = _write(tmp_path, _BASE + 'image: {root_login: keys-only, ssh_authorized_keys: '
+                                 '["ssh-ed25519 AAAAC3Nz ops@a\\nEVIL = \\"1\\""]}\n')
+    with pytest.raises(ManifestError) as exc:
+        load_manifest(p)
+    assert [pr.location for pr in exc.value.problems] == ["image.ssh_authorized_keys[0]"]
+    assert "line break" in str(exc.value)

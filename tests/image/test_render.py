@@ -13,7 +13,7 @@ import yaml
 from kas import CONFIGSCHEMA
 from provisioner import catalog
 from provisioner.cli import main
-from provisioner.errors import RenderError
+from provisioner.errors import ManifestError, RenderError
 from provisioner.image.render import LOCAL_FILE, MAIN_FILE, parse_repo_override, render
 from provisioner.manifest import load_manifest
 from provisioner.plan import make_plan, modelcheck
@@ -260,6 +260,6 @@ def test_cli_render_text_json_and_errors(tmp_path, capsys):
 
 
 def test_bad_inference_user_refused(tmp_path):
-    m = load_manifest(write_manifest(tmp_path / "m.yaml", image={"variant": "debug", "inference_user": "llm user"}))
-    with pytest.raises(RenderError, match="not a valid Linux user name"):
-        make_plan(m)
+    # refused by `check` already (manifest validation), so render never sees it
+    with pytest.raises(ManifestError, match="image.inference_user: 'llm user' is not a valid Linux user name"):
+        load_manifest(write_manifest(tmp_path / "m.yaml", image={"variant": "debug", "inference_user": "llm user"}))
