@@ -1,8 +1,8 @@
 """Command line: thin click commands, one module per command group (kas-plugin style).
 
 Every module in ``COMMAND_MODULES`` exposes ``command`` (a click command or group). ``main``
-is the only place that turns errors into exit codes: 2 user error, 1 check failed or bug,
-130 interrupted.
+is the only place that turns errors into exit codes, by the one rule in :mod:`provisioner.errors`:
+0 ok, 1 checked and unfit, 2 could not do it (bad input), 130 interrupted, 70 a bug.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import click
 
 from provisioner import __version__, ui
-from provisioner.errors import ManifestError, UserError
+from provisioner.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, ManifestError, UserError
 
 COMMAND_MODULES = (
     "boards",
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and map failures to one line and an exit code."""
     try:
         cli.main(args=argv, prog_name="provisioner", standalone_mode=False)
-        return 0
+        return EXIT_OK
     except ManifestError as err:
         if err.problems:
             ui.stderr.print(f"error: {err.message.split(':')[0]}: {len(err.problems)} problem(s) in the manifest",
@@ -74,23 +74,23 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Abort:
         ui.stderr.print("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         ui.stderr.print("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except click.ClickException as err:
         err.show()
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
     except BrokenPipeError:
-        return 0
+        return EXIT_OK
     except Exception as err:  # a bug: say so on one line, traceback only on request
         if os.environ.get("PROVISIONER_DEBUG"):
             raise
         ui.stderr.print(f"internal error: {type(err).__name__}: {err} (rerun with PROVISIONER_DEBUG=1 for a "
                      "traceback and report it)", markup=False)
-        return 1
+        return EXIT_INTERNAL
 
 
 def _one_line(err: UserError) -> None:

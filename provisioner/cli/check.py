@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from provisioner.check import CheckResult, run_check
-from provisioner.errors import ManifestError
+from provisioner.errors import ManifestError, ManifestUnfit
 from provisioner.manifest import load_manifest
 from provisioner.ui import print_json, stderr, stdout, table
 
@@ -17,8 +17,16 @@ from provisioner.ui import print_json, stderr, stdout, table
 @click.option("--no-files", is_flag=True, help="Only validate the manifest; do not read model files.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(manifest: Path, no_files: bool, as_json: bool) -> None:
-    """Find every problem in MANIFEST (and its model files) at once, before a long build."""
-    m = load_manifest(manifest)
+    """Find every problem in MANIFEST (and its model files) at once, before a long build.
+
+    Exit 1 when the manifest or a model is unfit (every problem listed), 2 when MANIFEST cannot be read.
+    """
+    try:
+        m = load_manifest(manifest)
+    except ManifestError as err:
+        if not err.problems:
+            raise
+        raise ManifestUnfit(err.message, err.hint, err.problems) from None
     res = run_check(m, inspect_files=not no_files, progress=not as_json and stderr.is_terminal)
     if as_json:
         print_json(res.as_dict())
@@ -29,7 +37,7 @@ def command(manifest: Path, no_files: bool, as_json: bool) -> None:
             _summary(res)
     if res.problems:
         n = len(res.problems)
-        raise ManifestError(f"{m.path.name}: {n} problem{'s' if n > 1 else ''}: "
+        raise ManifestUnfit(f"{m.path.name}: {n} problem{'s' if n > 1 else ''}: "
                             + "; ".join(str(p) for p in res.problems), None, res.problems)
 
 

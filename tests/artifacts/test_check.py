@@ -70,7 +70,7 @@ def test_model_compiled_for_other_qairt(tmp_path, cli):
     assert [p.location for p in problems] == ["models[0].qairt"]
     assert "2.45.0.260326" in problems[0].message and "2.45.0.260326" in problems[0].fix
     r = cli("check", m)
-    assert r.code == 2 and "models[0].qairt" in r.err
+    assert r.code == 1 and "models[0].qairt" in r.err
 
 
 def test_all_problems_at_once(tmp_path, cli):
@@ -79,7 +79,7 @@ def test_all_problems_at_once(tmp_path, cli):
     make_litertlm(tmp_path / "dl" / GEMMA, qairt="2.45.0.260326", truncate_to=full - 100)
     m = gemma_manifest(tmp_path, sha="cd" * 32, size=3_294_593_024)
     r = cli("check", m, "--json")
-    assert r.code == 2
+    assert r.code == 1
     where = [p["location"] for p in r.json()["problems"]]
     assert {"models[0].qairt", "models[0].url", "models[0].size", "models[0].sha256"} <= set(where)
     truncated = next(p for p in r.json()["problems"] if p["location"] == "models[0].url")
@@ -105,24 +105,24 @@ def test_genie_bundle_vs_board(tmp_path, cli):
     assert res.models[0].inspection.soc_model == 77
     # the same bundle in a manifest for the other board (Gemma's QAIRT pin aside)
     r = cli("check", genie_manifest(tmp_path, board="iq-8275-evk"))
-    assert r.code == 2 and "soc_model 82" in r.err and "models[0].path" in r.err
+    assert r.code == 1 and "soc_model 82" in r.err and "models[0].path" in r.err
 
 
 def test_generic_soc_model_bundle(tmp_path, cli):
     make_genie_bundle(tmp_path / "bundle", soc_model=0)
     r = cli("check", genie_manifest(tmp_path))
-    assert r.code == 2 and "soc_model 0" in r.err and "garbage" in r.err
+    assert r.code == 1 and "soc_model 0" in r.err and "garbage" in r.err
 
 
 def test_missing_local_path(tmp_path, cli):
     r = cli("check", genie_manifest(tmp_path))
-    assert r.code == 2 and "models[0].path" in r.err and "no such file" in r.err
+    assert r.code == 1 and "models[0].path" in r.err and "no such file" in r.err
 
 
 def test_corrupt_download_is_a_located_problem(tmp_path, cli):
     (tmp_path / "dl").mkdir()
     (tmp_path / "dl" / GEMMA).write_bytes(b"<html>404 Not Found</html>" + b"\0" * 100)
     r = cli("check", gemma_manifest(tmp_path))
-    assert r.code == 2
+    assert r.code == 1
     line = next(line for line in r.err_lines if line.strip().startswith("models[0].url:"))
     assert "not a .litertlm file" in line and " -> " in line
