@@ -26,6 +26,9 @@ author: edge-llm provisioner
 
 KEEP = ("msg", "rc", "stderr", "bytes_downloaded", "resumed_from", "dest", "status", "elapsed",
         "attempts", "skip_reason", "edge_llm")
+# Result keys that would clash with the event's own fields. ansible.builtin.uri returns the HTTP
+# status as "status" (-1 when nothing answered); the event's "status" is the task outcome.
+RENAMED = {"status": "http_status"}
 
 
 class CallbackModule(CallbackBase):
@@ -59,7 +62,7 @@ class CallbackModule(CallbackBase):
 
     def _result(self, result, status, **extra):
         res = result._result or {}
-        data = {k: res[k] for k in KEEP if k in res}
+        data = {RENAMED.get(k, k): res[k] for k in KEEP if k in res}
         if isinstance(data.get("msg"), str) and len(data["msg"]) > 4000:
             data["msg"] = data["msg"][:4000]
         if isinstance(data.get("stderr"), str):
@@ -67,8 +70,10 @@ class CallbackModule(CallbackBase):
         if res.get("_ansible_no_log"):
             data = {"msg": "(output hidden: no_log)"}
         task = result._task
-        self._emit(event="host", host=result._host.get_name(), task=task.get_name(), action=task.action,
-                   status=status, changed=bool(res.get("changed")), **data, **extra)
+        event = {**data, **extra}       # the event's own fields last: they always win
+        event.update(event="host", host=result._host.get_name(), task=task.get_name(), action=task.action,
+                     status=status, changed=bool(res.get("changed")))
+        self._emit(**event)
 
     def v2_runner_on_ok(self, result):
         self._result(result, "changed" if result._result.get("changed") else "ok")
