@@ -10,8 +10,11 @@ without touching the network. Downloads are multi-GB over links that drop, hence
   file and says so, because resuming a corrupt prefix can never succeed;
 * idempotent: a complete file with the right checksum is skipped;
 * mirrors first (``build.mirrors``: a LAN or ``file://`` mirror, then the origin URL);
-* credentials from ``~/.netrc`` (requests reads it) or ``PROVISIONER_HTTP_TOKEN`` (sent as a
-  bearer token); neither is ever printed - URLs in messages have their userinfo removed.
+* credentials only to the host they are for (:class:`_Credentials`): ``~/.netrc`` per host,
+  ``PROVISIONER_HTTP_TOKEN`` (bearer) only to the origin - scheme, host and port - of the URL the
+  manifest (or the catalog, for QAIRT) names for the file, never to a mirror, and nothing at all
+  to a plain-http mirror; a redirect to another host drops them (requests' ``rebuild_auth``).
+  Neither is ever printed - URLs in messages have their userinfo removed.
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ class FetchItem:
     sha256: str | None = None
     size: int | None = None
 
+    @property
+    def home(self) -> str:
+        """The URL the manifest (or the catalog) names; the ones before it are ``build.mirrors``."""
+        return self.urls[-1]
+
 
 @dataclass
 class FetchResult:
@@ -69,6 +77,46 @@ class FetchResult:
                 "transferred": self.transferred, "seconds": round(self.seconds, 3),
                 "size": self.path.stat().st_size if self.path.exists() else None, "sha256": self.sha256,
                 "notes": self.notes}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, the unit a bearer token belongs to (RFC 6454 origin)."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+class _Credentials:
+    """A requests ``auth`` that decides, per request URL, which credentials (if any) go along.
+
+    Passing it as ``auth=`` also stops requests from adding ``~/.netrc`` on its own, so this is
+    the one place that rule lives. ``home`` is the URL the manifest names for the file (the
+    origin the token is for); every other URL of the item is a mirror.
+    """
+
+    def __init__(self, home: str, trust_env: bool = True) -> None:
+        self.home = origin(home)
+        self.trust_env = trust_env
+
+    def __call__(self, r: Any) -> Any:
+        import requests.auth
+        import requests.utils
+
+        url = r.url
+        user, password = requests.utils.get_auth_from_url(url)
+        if user or password:  # written into the URL itself: it goes to that URL only
+            return requests.auth.HTTPBasicAuth(user, password)(r)
+        at = origin(url)
+        if at != self.home and at[0] != "https":
+            return r  # a plain-http mirror: anyone on the path could read them
+        netrc = requests.utils.get_netrc_auth(url) if self.trust_env else None
+        if netrc:  # ~/.netrc names its host (``machine``): that host gets them
+            return requests.auth.HTTPBasicAuth(*netrc)(r)
+        token = os.environ.get(TOKEN_ENV)
+        if token and at == self.home:
+            r.headers["Authorization"] = f"Bearer {token}"
+        return r
 
 
 class _SourceFailed(Exception):
@@ -191,7 +239,8 @@ def fetch_one(item: FetchItem, dl_dir: Path, *, session: Any = None, reporter: R
     errors: list[str] = []
     for url in item.urls:
         try:
-            transferred, resumed, digest = _download(item, url, part, session, bar, timeout, reporter)
+            transferred, resumed, digest = _download(item, url, part, session, bar, timeout, reporter,
+                                                     _Credentials(item.home, getattr(session, "trust_env", True)))
         except _SourceFailed as exc:
             errors.append(str(exc))
             if len(item.urls) > 1:
@@ -218,7 +267,7 @@ def _hint(errors: list[str]) -> str:
 
 
 def _download(item: FetchItem, url: str, part: Path, session: Any, bar: Any, timeout: tuple[float, float],
-              reporter: Reporter) -> tuple[int, bool, str]:
+              reporter: Reporter, auth: _Credentials) -> tuple[int, bool, str]:
     """Fill ``part`` from ``url``; return (bytes transferred now, resumed?, sha256)."""
     have = part.stat().st_size if part.exists() else 0
     if item.size is not None and have > item.size:
@@ -231,7 +280,7 @@ def _download(item: FetchItem, url: str, part: Path, session: Any, bar: Any, tim
     if scheme == "file":
         transferred, resumed, h = _copy_file(url, part, have, h, item, bar)
     elif scheme in ("http", "https"):
-        transferred, resumed, h = _http(url, part, have, h, item, session, bar, timeout)
+        transferred, resumed, h = _http(url, part, have, h, item, session, bar, timeout, auth)
     else:
         raise _SourceFailed(f"{redact(url)}: unsupported URL scheme")
     size = part.stat().st_size
@@ -348,21 +397,18 @@ def _readinto(resp: Any) -> Callable[[memoryview], int]:
 
 
 def _http(url: str, part: Path, have: int, h: Any, item: FetchItem, session: Any, bar: Any,
-          timeout: tuple[float, float]) -> tuple[int, bool, Any]:
+          timeout: tuple[float, float], auth: _Credentials) -> tuple[int, bool, Any]:
     import http.client
 
     import requests
     import urllib3
 
     headers = {"Accept-Encoding": "identity"}
-    token = os.environ.get(TOKEN_ENV)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
     if have:
         headers["Range"] = f"bytes={have}-"
     shown = redact(url)
     try:
-        resp = session.get(url, headers=headers, stream=True, timeout=timeout, allow_redirects=True)
+        resp = session.get(url, headers=headers, auth=auth, stream=True, timeout=timeout, allow_redirects=True)
     except requests.exceptions.Timeout as exc:
         raise _SourceFailed(f"{shown}: timed out (no answer within {timeout[0]:g}s/{timeout[1]:g}s)") from exc
     except requests.exceptions.ConnectionError as exc:

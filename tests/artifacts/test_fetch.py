@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import socket
@@ -175,3 +176,65 @@ def test_hint_reads_the_http_status_not_digits_in_the_port():
 
     assert "check the URL" in _hint(["http://127.0.0.1:36401/m.litertlm: HTTP 404 Not Found"])
     assert "credentials" in _hint(["http://127.0.0.1:8404/m.litertlm: HTTP 401 Unauthorized"])
+
+
+@pytest.fixture
+def mirror_server(tmp_path):
+    """A second server (another port, plain http) that stands in for a ``build.mirrors`` entry."""
+    root = tmp_path / "mirror-root"
+    root.mkdir()
+    with RangeServer(root) as srv:
+        yield srv
+
+
+def test_token_goes_to_its_origin_never_to_a_plain_http_mirror(tmp_path, origin, mirror_server, cli, monkeypatch):
+    monkeypatch.setenv("PROVISIONER_HTTP_TOKEN", "s3cret-token-value")
+    origin.token = "s3cret-token-value"
+    m = manifest(tmp_path, origin.url(NAME), sha=origin.sha, mirrors=[mirror_server.url("").rstrip("/")])
+    r = cli("fetch", m, "--models-only", "--json")
+    assert r.code == 0 and r.json()["files"][0]["source"] == origin.url(NAME)
+    assert [q["status"] for q in mirror_server.requests] == [404]  # asked first, without credentials
+    assert mirror_server.requests[0]["auth"] is None
+    assert origin.requests[-1]["auth"] == "Bearer s3cret-token-value"
+    assert "s3cret" not in r.out + r.err
+
+
+def test_mirror_that_holds_the_file_gets_no_token(tmp_path, origin, mirror_server, cli, monkeypatch):
+    monkeypatch.setenv("PROVISIONER_HTTP_TOKEN", "s3cret-token-value")
+    (mirror_server.root / NAME).write_bytes(origin.data)
+    m = manifest(tmp_path, origin.url(NAME), sha=origin.sha, mirrors=[mirror_server.url("").rstrip("/")])
+    r = cli("fetch", m, "--models-only", "--json")
+    assert r.code == 0 and r.json()["files"][0]["source"].startswith(mirror_server.url(""))
+    assert [q["auth"] for q in mirror_server.requests] == [None] and origin.requests == []
+
+
+def test_netrc_login_is_not_sent_to_a_plain_http_mirror(tmp_path, origin, mirror_server, cli, monkeypatch):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login ops password pw-from-netrc\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    m = manifest(tmp_path, origin.url(NAME), sha=origin.sha, mirrors=[mirror_server.url("").rstrip("/")])
+    r = cli("fetch", m, "--models-only")
+    assert r.code == 0
+    assert mirror_server.requests[0]["auth"] is None
+    assert origin.requests[-1]["auth"] == "Basic " + base64.b64encode(b"ops:pw-from-netrc").decode()
+    assert "pw-from-netrc" not in r.out + r.err
+
+
+def test_credentials_follow_the_origin_rule(monkeypatch):
+    from provisioner.artifacts.fetch import _Credentials
+
+    class Req:
+        def __init__(self, url: str) -> None:
+            self.url, self.headers = url, {}
+
+    monkeypatch.setenv("PROVISIONER_HTTP_TOKEN", "t0k")
+    auth = _Credentials("https://models.example:443/g.litertlm", trust_env=False)
+    sent = {u: auth(Req(u)).headers.get("Authorization") for u in (
+        "https://models.example/g.litertlm",        # the origin itself (default port)
+        "https://models.example:8443/g.litertlm",   # another port: another origin
+        "http://models.example/g.litertlm",         # plain http: another origin
+        "https://mirror.lan/g.litertlm",            # another host
+    )}
+    assert sent == {"https://models.example/g.litertlm": "Bearer t0k", "https://models.example:8443/g.litertlm": None,
+                    "http://models.example/g.litertlm": None, "https://mirror.lan/g.litertlm": None}
