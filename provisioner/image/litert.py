@@ -167,27 +167,35 @@ class PatchInfo:
 
 
 def read_patch(path: Path) -> PatchInfo:
-    """Target files and anchors of a unified diff (anchors = removed lines, else first context line)."""
-    files: dict[str, list[str]] = {}
+    """Target files and anchors of a unified diff.
+
+    Anchors are the removed lines of each file (the lines the patch changes), else its first
+    non-blank context line: a blank context line (patch 3 starts with one) is in every file and
+    would name nothing when it is missing.
+    """
+    removed: dict[str, list[str]] = {}
+    context: dict[str, list[str]] = {}
     current: str | None = None
     in_hunk = False
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("+++ "):
             name = line[4:].split("\t")[0].strip()
             current = name[2:] if name.startswith(("a/", "b/")) else name
-            files.setdefault(current, [])
+            removed.setdefault(current, [])
+            context.setdefault(current, [])
             in_hunk = False
         elif line.startswith("@@"):
             in_hunk = True
         elif in_hunk and current is not None:
-            removed = line.startswith("-") and not line.startswith("--- ")
-            if removed or (line.startswith(" ") and not files[current]):
-                files[current].append(line[1:])
-            elif line.startswith("diff ") or line.startswith("--- "):
+            if line.startswith("diff ") or line.startswith("--- "):
                 in_hunk = False
-    if not files:
+            elif line.startswith("-"):
+                removed[current].append(line[1:])
+            elif line.startswith(" ") and line.strip() and not context[current]:
+                context[current].append(line[1:])
+    if not removed:
         raise BuildError(f"{path}: not a unified diff (no '+++' file header)", "restore the patch from the layer")
-    return PatchInfo(path, files)
+    return PatchInfo(path, {f: removed[f] or context[f] for f in removed})
 
 
 def patch_argv(patch: Path, directory: Path, *, reverse: bool = False, dry_run: bool = False) -> list[str]:

@@ -1,8 +1,17 @@
-"""Fixture copies of the three LiteRT-LM / LiteRT source regions the layer's patches change.
+"""Fixture copies of the three source regions the layer's LiteRT-LM / LiteRT patches change.
 
-Written from notes/litert-lm.md (anchors, 2-space indentation, line numbers at LiteRT-LM
-cbf463d97fa3 / LiteRT d865fd82): every anchor sits at the noted line; the rest of each file is
-filler so line numbers are real. ``move`` shifts an anchor or ``change`` rewrites it to model
+LiteRT (patch 3): a VERBATIM excerpt, lines 421-433 of
+``litert/vendors/qualcomm/core/backends/htp_backend.cc`` at google-ai-edge/LiteRT
+d865fd82cd7fe6752908b3a0836895461c305679 (the LiteRT commit LiteRT-LM cbf463d97fa3 builds as
+``@litert``), preceded by blank filler lines so the excerpt sits at its real line numbers and the
+patch applies with ``--fuzz=0`` and no offset. Nothing else of that file is copied.
+
+LiteRT-LM (patches 1 and 2): MODELLED, not excerpts. The files at cbf463d97fa3 were not available
+to compare against, so these hold only the lines the patches themselves change (their anchors), at
+the line numbers the patch headers state, with filler everywhere else. They test how the patches
+and `provisioner litert build` behave, not that the patches fit the real files.
+
+``shift`` moves a region or ``soc_lines`` / ``guard`` / ``change_496`` rewrite an anchor to model
 "another commit" on which the patches must refuse to apply.
 """
 
@@ -14,19 +23,36 @@ UTIL = "runtime/util/litert_util.cc"
 EXECUTOR = "runtime/executor/llm_litert_npu_compiled_model_executor.cc"
 HTP = "litert/vendors/qualcomm/core/backends/htp_backend.cc"
 
+LITERT_COMMIT = "d865fd82cd7fe6752908b3a0836895461c305679"
+HTP_FIRST_LINE = 421
+# google-ai-edge/LiteRT @ d865fd82, litert/vendors/qualcomm/core/backends/htp_backend.cc:421-433,
+# in HtpBackend::Init (verbatim; line 421 is blank).
+HTP_EXCERPT = [
+    "",
+    "  // Device Handle",
+    "  std::vector<QnnDevice_CustomConfig_t> device_custom_configs;",
+    "  QnnHtpDevice_CustomConfig_t* htp_device_custom_config =",
+    "      &AllocateHtpDeviceConfig();",
+    "  htp_device_custom_config->option = QNN_HTP_DEVICE_CONFIG_OPTION_SOC;",
+    "  htp_device_custom_config->socModel =",
+    "      static_cast<uint32_t>(soc_info_.soc_model);",
+    "  device_custom_configs.emplace_back(",
+    "      static_cast<QnnDevice_CustomConfig_t>(htp_device_custom_config));",
+    "",
+    "#if defined(__x86_64__) || defined(_M_X64)",
+    "  std::vector<QnnDevice_PlatformInfo_t*> device_platform_infos;",
+]
+SOC_FIRST_LINE = 424
+# lines 424-430: allocate the SoC device custom config and emplace it (socModel takes two lines)
+SOC_LINES = HTP_EXCERPT[SOC_FIRST_LINE - HTP_FIRST_LINE:431 - HTP_FIRST_LINE]
+X86_GUARD = "#if defined(__x86_64__) || defined(_M_X64)"
+
+# patch anchors (modelled LiteRT-LM files, see the module docstring)
 UTIL_GUARD = "#if defined(__ANDROID__) || defined(__EMSCRIPTEN__)"
 ANDROID_GUARD = "#if defined(__ANDROID__)"
 NEON_GUARD = "#if defined(__ANDROID__) && defined(__ARM_NEON)"
 QNN_ASSIGN = "  LITERT_ASSIGN_OR_RETURN(::litert::qualcomm::QualcommOptions & qnn_opts,"
 QNN_ASSIGN_CONT = " " * 26 + "options.GetQualcommOptions());"
-SOC_LINES = [
-    "  QnnHtpDevice_CustomConfig_t* htp_device_custom_config =",
-    "      &AllocateHtpDeviceConfig();",
-    "  htp_device_custom_config->option = QNN_HTP_DEVICE_CONFIG_OPTION_SOC;",
-    "  htp_device_custom_config->socModel = soc_info_.soc_model;",
-    "  device_custom_configs.emplace_back(",
-    "      static_cast<QnnDevice_CustomConfig_t>(htp_device_custom_config));",
-]
 
 
 def _place(lines: dict[int, str], total: int) -> str:
@@ -38,39 +64,32 @@ def _place(lines: dict[int, str], total: int) -> str:
 
 
 def util_cc(shift: int = 0, guard: str = UTIL_GUARD) -> str:
-    return _place({71 + shift: guard, 72 + shift: "  // dispatch library dir for the NPU accelerator",
-                   96 + shift: "#endif"}, 140)
+    """Modelled litert_util.cc: patch 1's guard at line 71, its ``#endif`` at 96."""
+    return _place({71 + shift: guard, 96 + shift: "#endif"}, 140)
 
 
 def executor_cc(shift: int = 0, change_496: str | None = None) -> str:
+    """Modelled NPU executor: patch 2's guards at 57 and 496 (+ the two statement lines after 496)."""
     lines = {
-        57: ANDROID_GUARD,
-        58: '#include "litert/cc/options/litert_google_tensor_options.h"  // from @litert',
-        59: '#include "litert/cc/options/litert_qualcomm_options.h"  // from @litert',
-        60: "#endif",
-        140: NEON_GUARD, 141: "  // neon path", 142: "#endif",
-        260: NEON_GUARD, 261: "  // neon path", 262: "#endif",
-        380: NEON_GUARD, 381: "  // neon path", 382: "#endif",
-        495 + shift: "  // Qualcomm options: quiet logs, burst performance mode.",
+        57: ANDROID_GUARD, 60: "#endif",
+        140: NEON_GUARD, 142: "#endif",
+        260: NEON_GUARD, 262: "#endif",
+        380: NEON_GUARD, 382: "#endif",
         496 + shift: change_496 if change_496 is not None else ANDROID_GUARD,
         497 + shift: QNN_ASSIGN,
         498 + shift: QNN_ASSIGN_CONT,
-        499 + shift: "  qnn_opts.SetLogLevel(::litert::qualcomm::QualcommOptions::LogLevel::kOff);",
-        500 + shift: "  qnn_opts.SetHtpPerformanceMode(",
-        501 + shift: "      ::litert::qualcomm::QualcommOptions::HtpPerformanceMode::kBurst);",
         502 + shift: "#endif",
     }
     return _place(lines, 620)
 
 
 def htp_backend_cc(shift: int = 0, soc_lines: list[str] | None = None) -> str:
-    lines = {422 + shift: "  // Device Handle",
-             423 + shift: "  std::vector<QnnDevice_CustomConfig_t> device_custom_configs;"}
-    for i, text in enumerate(soc_lines if soc_lines is not None else SOC_LINES):
-        lines[424 + shift + i] = text
-    lines[430 + shift] = ""
-    lines[431 + shift] = "  std::vector<const QnnDevice_Config_t*> device_configs;"
-    return _place(lines, 520)
+    """The real excerpt at its real line numbers (blank lines before it); ``soc_lines`` replaces 424-430."""
+    excerpt = list(HTP_EXCERPT)
+    if soc_lines is not None:
+        start = SOC_FIRST_LINE - HTP_FIRST_LINE
+        excerpt[start:start + len(SOC_LINES)] = soc_lines
+    return "\n" * (HTP_FIRST_LINE - 1 + shift) + "\n".join(excerpt) + "\n"
 
 
 def write_tree(root: Path, **kwargs) -> Path:

@@ -1,6 +1,7 @@
-"""The three LiteRT-LM/LiteRT patches: real unified diffs that apply with GNU patch to fixture copies
-of the source regions (anchors, 2-space indentation, line numbers from notes/litert-lm.md), and
-refuse a tree where an anchor changed."""
+"""The three LiteRT-LM/LiteRT patches: real unified diffs that apply with GNU patch (and patch 3 with
+`git apply`) to fixture copies of the source regions (tests/image/litert_sources.py: a verbatim
+excerpt of LiteRT d865fd82 for patch 3, modelled anchors for patches 1 and 2), and refuse a tree
+where an anchor changed."""
 
 from __future__ import annotations
 
@@ -53,8 +54,52 @@ def test_patches_apply_to_the_noted_regions(tmp_path):
     assert sum(ln == src.NEON_GUARD for ln in ex) == 3  # the ARM_NEON guards stay as they are
     htp = (rt / src.HTP).read_text().splitlines()
     assert htp[422] == "  std::vector<QnnDevice_CustomConfig_t> device_custom_configs;"  # still built
-    assert htp[423] == "#if defined(__x86_64__) || defined(_M_X64)"
-    assert htp[424:430] == src.SOC_LINES and htp[430] == "#endif"
+    assert htp[423] == src.X86_GUARD
+    assert htp[424:431] == src.SOC_LINES and htp[431] == "#endif"
+    assert htp[432:435] == ["", src.X86_GUARD, "  std::vector<QnnDevice_PlatformInfo_t*> device_platform_infos;"]
+
+
+def _guards_of(lines: list[str], needle: str) -> tuple[str, str]:
+    """The preprocessor lines right before and after the line containing ``needle`` ("" if none)."""
+    at = next(i for i, ln in enumerate(lines) if needle in ln)
+    before = next((ln for ln in reversed(lines[:at]) if ln.startswith("#")), "")
+    after = next((ln for ln in lines[at + 1:] if ln.startswith("#")), "")
+    return before, after
+
+
+def test_on_aarch64_no_soc_config_is_forced(tmp_path):
+    """QLI: only an x86_64 (offline) build sets QNN_HTP_DEVICE_CONFIG_OPTION_SOC; aarch64 lets QNN detect it."""
+    rt = src.write_litert_tree(tmp_path / "litert")
+    before = (rt / src.HTP).read_text().splitlines()
+    assert _guards_of(before, "QNN_HTP_DEVICE_CONFIG_OPTION_SOC")[0] != src.X86_GUARD  # unguarded upstream
+    assert patch(rt, P3).returncode == 0
+    lines = (rt / src.HTP).read_text().splitlines()
+    for needle in ("&AllocateHtpDeviceConfig()", "QNN_HTP_DEVICE_CONFIG_OPTION_SOC",
+                   "static_cast<uint32_t>(soc_info_.soc_model)", "device_custom_configs.emplace_back("):
+        assert _guards_of(lines, needle) == (src.X86_GUARD, "#endif"), needle
+    # the vector itself stays outside the guard: the device_configs loop below reads it on every arch
+    assert _guards_of(lines, "std::vector<QnnDevice_CustomConfig_t> device_custom_configs;")[1] == src.X86_GUARD
+
+
+def test_patch_3_passes_git_apply_check_on_the_real_excerpt(tmp_path):
+    rt = src.write_litert_tree(tmp_path / "litert")
+    subprocess.run(["git", "init", "-q"], cwd=rt, check=True, capture_output=True)
+    r = subprocess.run(["git", "apply", "--check", "-v", str(P3)], cwd=rt, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("p", [P1, P2, P3], ids=lambda p: p.name[:4])
+def test_diffstat_matches_the_hunks(p):
+    """The header's "N insertions(+), M deletions(-)" is what the hunks really do."""
+    text = p.read_text()
+    body = text.split("\ndiff --git ", 1)[1].splitlines()
+    hunk = [ln for ln in body if not ln.startswith(("--- ", "+++ ", "@@", "diff "))]
+    plus = sum(ln.startswith("+") for ln in hunk)
+    minus = sum(ln.startswith("-") for ln in hunk)
+    ins = f"{plus} insertion{'s' if plus != 1 else ''}(+)"
+    dels = f"{minus} deletion{'s' if minus != 1 else ''}(-)"
+    assert f" 1 file changed, {ins}, {dels}" in text
 
 
 def test_applied_twice_is_detected_not_doubled(tmp_path):
@@ -82,6 +127,12 @@ def test_refuses_a_tree_where_the_anchor_changed(tmp_path):
     changed[2] = "  htp_device_custom_config->option = QNN_HTP_DEVICE_CONFIG_OPTION_ARCH;"
     rt = src.write_litert_tree(tmp_path / "rt", soc_lines=changed)
     r = patch(rt, P3, "--dry-run")
+    assert r.returncode != 0 and "FAILED" in r.stdout
+    # the socModel assignment on one line (not how d865fd82 writes it): refused, not half-applied
+    one_line = [*src.SOC_LINES[:3], "  htp_device_custom_config->socModel = soc_info_.soc_model;",
+                *src.SOC_LINES[5:]]
+    rt1 = src.write_litert_tree(tmp_path / "rt1", soc_lines=one_line)
+    r = patch(rt1, P3, "--dry-run")
     assert r.returncode != 0 and "FAILED" in r.stdout
 
 

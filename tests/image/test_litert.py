@@ -1,7 +1,8 @@
 """`provisioner litert build` against a local fixture LiteRT-LM repository and recording stand-ins.
 
-The fixture repository has the real file paths and, at the real line numbers, the anchor lines
-from notes/litert-lm.md; the three patches are the layer's own files. `bazel`, `git-lfs` and
+The fixture repository has the real file paths and, at the line numbers the patches state, their
+anchor lines; the @litert external holds the verbatim LiteRT d865fd82 excerpt from
+tests/image/litert_sources.py; the three patches are the layer's own files. `bazel`, `git-lfs` and
 `clang-18` are stand-ins that record their arguments; `readelf` records and then runs the real one.
 """
 
@@ -22,6 +23,7 @@ from provisioner.cli import main
 from provisioner.errors import BuildError
 from provisioner.image import litert as L
 from provisioner.ui import Reporter
+from tests.image import litert_sources
 
 UTIL = "runtime/util/litert_util.cc"
 EXEC = "runtime/executor/llm_litert_npu_compiled_model_executor.cc"
@@ -38,7 +40,7 @@ def numbered(path: str, n: int, lines: dict[int, str]) -> str:
 
 
 def source_files(variant: str = "pinned") -> dict[str, str]:
-    """LiteRT-LM files with the anchors where notes/litert-lm.md says they are (cbf463d97fa3)."""
+    """LiteRT-LM files with the anchors where the patch headers say they are (cbf463d97fa3)."""
     guard = "#if defined(__ANDROID__) || defined(__EMSCRIPTEN__)" if variant == "pinned" else \
         "#if defined(__ANDROID__) || defined(__EMSCRIPTEN__) || defined(__APPLE__)"
     neon = "#if defined(__ANDROID__) && defined(__ARM_NEON)"
@@ -51,18 +53,6 @@ def source_files(variant: str = "pinned") -> dict[str, str]:
         ".bazelversion": "7.6.1\n",
         "prebuilt/linux_arm64/libGemmaModelConstraintProvider.so": POINTER,
     }
-
-
-def htp_backend() -> str:
-    return numbered(HTP, 500, {
-        423: "  std::vector<QnnDevice_CustomConfig_t> device_custom_configs;",
-        424: "  QnnHtpDevice_CustomConfig_t* htp_device_custom_config =",
-        425: "      &AllocateHtpDeviceConfig();",
-        426: "  htp_device_custom_config->option = QNN_HTP_DEVICE_CONFIG_OPTION_SOC;",
-        427: "  htp_device_custom_config->socModel = soc_info_.soc_model;",
-        428: "  device_custom_configs.emplace_back(",
-        429: "      static_cast<QnnDevice_CustomConfig_t>(htp_device_custom_config));",
-    })
 
 
 def git(*args, cwd):
@@ -89,7 +79,8 @@ if args[:1] == ["fetch"]:
 if args[:1] == ["build"]:
     assert "--nofetch" in args, "build must not refetch (patch 3 would be lost)"
     htp = (ext / "litert/vendors/qualcomm/core/backends/htp_backend.cc").read_text()
-    if "#if defined(__x86_64__)" not in htp:
+    # the real file already has an x86_64 guard further down: look for patch 3's own one
+    if "device_custom_configs;\n#if defined(__x86_64__) || defined(_M_X64)\n" not in htp:
         print("ERROR: patch 3 missing in @litert"); sys.exit(1)
     m = int(os.environ.get("STANDIN_ELF_MACHINE", "183"))
     blob = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8 + struct.pack("<HHI", 3, m, 1) + b"\0" * 240
@@ -146,7 +137,7 @@ def lt(tmp_path, monkeypatch):
     other = git("rev-parse", "HEAD", cwd=up)
     external = tmp_path / "litert-external"
     (external / HTP).parent.mkdir(parents=True)
-    (external / HTP).write_text(htp_backend())
+    (external / HTP).write_text(litert_sources.htp_backend_cc())
     sdk = tmp_path / "sdk"
     (sdk / "qairt" / "2.44.0.260225" / "lib").mkdir(parents=True)
     bindir = tmp_path / "bin"
@@ -211,7 +202,8 @@ def test_full_build_with_layer_patches(lt):
     assert ex[56] == ex[495] == "#if defined(__ANDROID__) || defined(__linux__)"
     assert ex[119] == ex[299] == ex[549] == "#if defined(__ANDROID__) && defined(__ARM_NEON)"   # untouched
     htp = (lt.tmp / "output_base" / "external" / "litert" / HTP).read_text().splitlines()
-    assert htp[423] == "#if defined(__x86_64__) || defined(_M_X64)" and htp[430] == "#endif"
+    assert htp[423] == litert_sources.X86_GUARD and htp[431] == "#endif"
+    assert htp[424:431] == litert_sources.SOC_LINES          # the two-line socModel of d865fd82, kept
 
     bz = records(lt, "bazel")
     fetch = next(r for r in bz if r["argv"][0] == "fetch")
@@ -305,3 +297,24 @@ def test_apply_patch_is_idempotent_and_reports_other_lines(lt, tmp_path):
     (d / UTIL).write_text("\n".join(["x"] * 80 + ["#if defined(__ANDROID__) || defined(__EMSCRIPTEN__)"]) + "\n")
     with pytest.raises(BuildError, match="anchors found but at other lines"):
         L.apply_patch(p1, d)
+
+
+def test_patch_3_anchors_are_the_real_soc_lines():
+    """`litert build` checks patch 3's anchors in @litert: the seven allocate-and-emplace lines of d865fd82."""
+    info = L.read_patch(L.find_patches(L.PATCH_DIR)[2])
+    assert info.files == {HTP: litert_sources.SOC_LINES}
+
+
+def test_patch_3_in_a_litert_of_another_commit_names_the_anchor(tmp_path):
+    """A LiteRT whose socModel assignment is one line: the first differing anchor is named, nothing changes."""
+    lines = list(litert_sources.SOC_LINES)
+    lines[3:5] = ["  htp_device_custom_config->socModel = soc_info_.soc_model;"]
+    tree = litert_sources.write_litert_tree(tmp_path / "litert", soc_lines=lines)
+    before = (tree / HTP).read_text()
+    p3 = L.find_patches(L.PATCH_DIR)[2]
+    with pytest.raises(BuildError, match=r"^0003-.*anchor 'htp_device_custom_config->socModel =' not found in "
+                                         + HTP):
+        L.apply_patch(p3, tree)
+    assert (tree / HTP).read_text() == before
+    fresh = litert_sources.write_litert_tree(tmp_path / "pinned")
+    assert L.apply_patch(p3, fresh) == "applied" and L.apply_patch(p3, fresh) == "already applied"
