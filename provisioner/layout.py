@@ -37,6 +37,11 @@ SERVE_BIN = "/usr/bin/edge-llm-serve"
 SERVE_BASE_PORT = 8080                      # model i listens on 8080 + i (configurable)
 FASTRPC_DEVICE = "/dev/fastrpc-cdsp"
 FASTRPC_GROUP = "fastrpc"
+# What fastrpc's udev rule sets on /dev/fastrpc-cdsp (github.com/qualcomm/fastrpc files/60-fastrpc.rules,
+# commit 05b9e02, installed by meta-qcom recipes-support/fastrpc/fastrpc_1.0.6.bb @ ef0004df):
+# OWNER="fastrpc", GROUP="fastrpc", MODE="0660". Anything wider lets every local user drive the cDSP.
+FASTRPC_OWNER = "fastrpc"
+FASTRPC_MODE = 0o660
 FASTRPC_LIB = "/usr/lib/libcdsprpc.so"
 FASTRPC_SERVICE = "cdsprpcd.service"
 DOWNLOAD_MODE_PARAM = "/sys/module/qcom_scm/parameters/download_mode"

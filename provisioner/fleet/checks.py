@@ -48,9 +48,12 @@ DIAGNOSES: dict[str, Diagnosis] = {
     "fastrpc-missing": Diagnosis("FastRPC userspace or device missing: the runtime cannot reach the cDSP "
                                  "(Genie reports 'Failed to create device: 14001')",
                                  "install QLI's fastrpc package, enable cdsprpcd.service", "seed 001"),
-    "fastrpc-perms": Diagnosis("/dev/fastrpc-cdsp is not group-accessible to 'fastrpc' (root-only device)",
-                               "chgrp fastrpc /dev/fastrpc-cdsp; chmod 0660 (udev rule from the fastrpc package); "
-                               "add the service user to group fastrpc", "seed 001"),
+    "fastrpc-perms": Diagnosis("/dev/fastrpc-cdsp is not what fastrpc's udev rule sets (fastrpc:fastrpc 0660): "
+                               "the service user cannot open it, or users outside group fastrpc can",
+                               "restore fastrpc's 60-fastrpc.rules (no later rule may change OWNER/GROUP/MODE), "
+                               "then udevadm trigger /dev/fastrpc-cdsp; the service user joins group fastrpc",
+                               "github.com/qualcomm/fastrpc files/60-fastrpc.rules (05b9e02); meta-qcom "
+                               "recipes-support/fastrpc/fastrpc_1.0.6.bb (ef0004df)"),
     "fastrpc-group": Diagnosis("the inference user is not in group fastrpc: it cannot open /dev/fastrpc-cdsp "
                                "(Genie: 'Failed to create device: 14001')",
                                "usermod -aG fastrpc <user> (the image's EXTRA_USERS_PARAMS / the serve unit's "
@@ -436,11 +439,15 @@ def _fastrpc_checks(probe: dict[str, Any], user: str) -> list[Check]:
     if not dev.get("exists"):
         out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} missing", "fastrpc-missing"))
     else:
-        mode = _mode(dev)
-        if dev.get("group") != layout.FASTRPC_GROUP or mode & 0o060 != 0o060:
-            out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} is {dev.get('owner')}:{dev.get('group')} "
-                                               f"{oct(mode & 0o7777)} (want group {layout.FASTRPC_GROUP}, 0660)",
-                             "fastrpc-perms"))
+        mode = _mode(dev) & 0o7777
+        have = f"{dev.get('owner')}:{dev.get('group')} {mode:04o}"
+        want = f"{layout.FASTRPC_OWNER}:{layout.FASTRPC_GROUP} {layout.FASTRPC_MODE:04o}"
+        if mode & 0o007:
+            out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} is {have}: world-accessible, any local "
+                                               f"user can drive the cDSP (want {want})", "fastrpc-perms"))
+        elif (dev.get("owner"), dev.get("group"), mode) != (layout.FASTRPC_OWNER, layout.FASTRPC_GROUP,
+                                                             layout.FASTRPC_MODE):
+            out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} is {have} (want {want})", "fastrpc-perms"))
         else:
             group = (probe.get("groups") or {}).get(layout.FASTRPC_GROUP) or {}
             if not group.get("exists", True):
@@ -455,7 +462,8 @@ def _fastrpc_checks(probe: dict[str, Any], user: str) -> list[Check]:
     if active != "active":
         out.append(Check("fastrpc", False, f"{layout.FASTRPC_SERVICE} is {active or 'unknown'}", "cdsprpcd"))
     if not out:
-        out.append(Check("fastrpc", True, f"{layout.FASTRPC_DEVICE} {dev.get('group')} {oct(_mode(dev) & 0o777)}, "
+        out.append(Check("fastrpc", True, f"{layout.FASTRPC_DEVICE} {dev.get('owner')}:{dev.get('group')} "
+                                          f"{_mode(dev) & 0o7777:04o}, "
                                           f"libcdsprpc.so, cdsprpcd active"))
     return out
 

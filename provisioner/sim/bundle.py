@@ -214,6 +214,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
     _write(tree, "/etc/shadow", f"root:{root_pw}:19000:0:99999:7:::\n", 0o600)
     _write(tree, "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
            "sshd:x:995:995::/var/run/sshd:/bin/false\n"
+           f"{layout.FASTRPC_OWNER}:x:990:990::/nonexistent:/bin/false\n"     # fastrpc's sysusers.d user
            f"{user}:x:1000:1000::/home/{user}:/bin/sh\n")
     _write(tree, "/etc/group", "root:x:0:\nvideo:x:44:\n"
            f"{layout.FASTRPC_GROUP}:x:990:{user}\n{user}:x:1000:\n")
@@ -230,7 +231,8 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -
            "[Unit]\nDescription=cDSP RPC daemon\n\n[Service]\nExecStart=/usr/bin/cdsprpcd\n"
            "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n")
     _write(tree, "/usr/lib/udev/rules.d/60-fastrpc.rules",
-           f'KERNEL=="fastrpc-*", GROUP="{layout.FASTRPC_GROUP}", MODE="0660"\n')
+           f'KERNEL=="fastrpc-*", OWNER="{layout.FASTRPC_OWNER}", GROUP="{layout.FASTRPC_GROUP}", '
+           f'MODE="{layout.FASTRPC_MODE:04o}"\n')
     # The serve unit and program are the fleet's (helper F owns them; the layer ships the same text).
     unit, serve = _serve_files(user)
     _write(tree, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", unit)

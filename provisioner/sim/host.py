@@ -15,7 +15,7 @@ of the host stays untouched:
 ``/usr/bin``, ``/usr/lib``         overlays adding ``systemctl`` (stand-in), ``edge-llm-serve``,
                                    ``libcdsprpc.so`` from the rootfs
 ``/dev``                           tmpfs with the usual nodes + ``/dev/fastrpc-cdsp`` (char dev,
-                                   ``root:fastrpc`` 0660); the host ``/dev`` is never written
+                                   ``fastrpc:fastrpc`` 0660); the host ``/dev`` is never written
 ``/sys/devices/soc0``              ``machine``, ``soc_id``... from the catalog
 ``/sys/firmware/devicetree/base``  ``compatible`` (NUL-separated), ``model`` (``/proc/device-tree``
                                    is a symlink to it on DT kernels)
@@ -824,13 +824,16 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"/dev/{name}")
-    fastrpc_gid = 0
+    fastrpc_uid = fastrpc_gid = 0
     with contextlib.suppress(KeyError):
         import grp
         fastrpc_gid = grp.getgrnam(layout.FASTRPC_GROUP).gr_gid
-    os.mknod(layout.FASTRPC_DEVICE, stat.S_IFCHR | 0o660, os.makedev(*FASTRPC_DEV_NUM))
-    os.chown(layout.FASTRPC_DEVICE, 0, fastrpc_gid)
-    os.chmod(layout.FASTRPC_DEVICE, 0o660)
+    with contextlib.suppress(KeyError):
+        import pwd
+        fastrpc_uid = pwd.getpwnam(layout.FASTRPC_OWNER).pw_uid
+    os.mknod(layout.FASTRPC_DEVICE, stat.S_IFCHR | layout.FASTRPC_MODE, os.makedev(*FASTRPC_DEV_NUM))
+    os.chown(layout.FASTRPC_DEVICE, fastrpc_uid, fastrpc_gid)    # what fastrpc's udev rule sets
+    os.chmod(layout.FASTRPC_DEVICE, layout.FASTRPC_MODE)
     subprocess.run(["umount", "-l", str(sim / ".hostsys")], check=False)
 
     # /sys: soc0, device tree, qcom_scm parameter

@@ -31,6 +31,7 @@ SPECS = [
     BoardSpec("soc14001-8275", "iq-8275-evk", ("soc-config-14001",)),
     BoardSpec("unreach-9075", "iq-9075-evk", ("unreachable",)),
     BoardSpec("wrongtype-9075", "iq-9075-evk", group="iq_8275_evk"),
+    BoardSpec("world-8275", "iq-8275-evk"),          # /dev/fastrpc-cdsp made 0666 after boot (below)
 ]
 
 # board -> {check name prefix: diagnosis key} that MUST be among its failures
@@ -43,6 +44,7 @@ EXPECTED = {
     "socmodel-9075": {"genie-config:": "soc-model", "smoke:": "garbage"},
     "soc14001-8275": {"smoke:": "soc-config-14001"},
     "wrongtype-9075": {"identity": "wrong-board"},
+    "world-8275": {"fastrpc": "fastrpc-perms"},
 }
 
 
@@ -50,6 +52,9 @@ EXPECTED = {
 def verified(tmp_path_factory):
     base = tmp_path_factory.mktemp("fleet-verify")
     fleet = build_fleet(base / "sim", SPECS, cache=base / "cache")
+    from provisioner.sim import host
+    subprocess.run(host.ssh_argv(fleet.boards["world-8275"], "chmod", "0666", "/dev/fastrpc-cdsp"), check=True,
+                   timeout=30)
     report = base / "report.json"
     csv_report = base / "report.csv"
     try:
@@ -116,6 +121,16 @@ def test_faults_do_not_leak_into_unrelated_checks(verified):
     ok = {c["check"] for c in rows["noburst-8275"]["checks"] if c["ok"]}
     assert {"identity", "fastrpc", "qairt:gemma-4-e2b", "model:gemma-4-e2b"} <= ok
     assert rows["noburst-8275"]["decode_tok_s"] < rows["noburst-8275"]["expected_decode_tok_s"]
+
+
+def test_world_accessible_fastrpc_device_fails_in_one_line(verified):
+    _, data, _ = verified
+    row = _rows(data)["world-8275"]
+    assert row["verdict"] == "fail"
+    (check,) = [c for c in row["checks"] if c["check"] == "fastrpc"]
+    assert check["detail"] == ("/dev/fastrpc-cdsp is fastrpc:fastrpc 0666: world-accessible, any local user can "
+                               "drive the cDSP (want fastrpc:fastrpc 0660)")
+    assert [c["check"] for c in row["checks"] if not c["ok"]] == ["fastrpc"]   # nothing else is wrong with it
 
 
 def test_unreachable_board_listed_and_others_proceed(verified):
