@@ -143,7 +143,7 @@ def _cross_check(res: CheckResult, where: str, loc: str, model: Model, ins: Insp
             f"the model file was compiled with QAIRT {', '.join(builds)} but the manifest says {model.qairt} "
             "(the runtime needs the exact build)",
             f"set {where}.qairt: {found}" + ("" if pinned else f" and pin {found} in 'qairt'")))
-    if not builds:
+    if not builds and ins.kind != "litertlm":  # for a .litertlm, inspect already made it a problem (or truncated)
         res.warnings.append(Problem(loc, "no QAIRT build id found in the model", "compare with "
                                     "`qnn-context-binary-utility --context_binary ...` info.buildId"))
     for p in ins.problems:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.errors import ArtifactError
+from provisioner.errors import EXIT_UNFIT, ArtifactError
 
 DISPATCH_OP = "DISPATCH_OP"
 MAX_HEADER = 16 * 1024 * 1024  # a header flatbuffer larger than this is corrupt, not big
@@ -85,6 +85,16 @@ LLM_MODEL_TYPES = {
 }
 
 _U8, _U16, _U32, _I32, _U64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q"))
+
+
+class TruncatedFile(ArtifactError):
+    """The file ends inside its own header: an interrupted download, so "checked and unfit" (exit 1).
+
+    A file cut after the header is reported (``LitertlmInfo.truncated``), not raised; both say
+    ``truncated`` and both exit 1, so a script need not care where the download stopped.
+    """
+
+    exit_code = EXIT_UNFIT
 
 
 class _Corrupt(Exception):
@@ -196,7 +206,7 @@ class LitertlmInfo:
     @property
     def npu_only(self) -> bool:
         models = [s for s in self.sections if s.is_model]
-        return bool(models) and all(_allowed(s.backend_constraint) == {"npu"} for s in models)
+        return bool(models) and all(allowed_backends(s.backend_constraint) == {"npu"} for s in models)
 
     @property
     def context_size(self) -> int | None:
@@ -228,10 +238,15 @@ class LitertlmInfo:
         }
 
 
-def _allowed(constraint: str | None) -> set[str]:
+def allowed_backends(constraint: str | None) -> set[str]:
+    """Backends a section's ``backend_constraint`` allows (``"cpu, gpu"``; none given: any of them).
+
+    Lower-cased like ``litert_lm_builder``'s ``add_tflite_model`` writes it, so a hand-edited
+    ``NPU`` still counts.
+    """
     if not constraint:
         return {"cpu", "gpu", "npu"}
-    return {c.strip() for c in constraint.split(",") if c.strip()}
+    return {c.strip().lower() for c in constraint.split(",") if c.strip()}
 
 
 class _Flat:
@@ -328,16 +343,19 @@ def read_litertlm(path: str | Path) -> LitertlmInfo:
     """Parse header, sections, LLM metadata and DISPATCH_OP context binaries of a ``.litertlm``.
 
     Raises :class:`ArtifactError` (one line) for a file that is not a LiteRT-LM container or
-    whose header is corrupt. A truncated file is *not* an error here: the caller reports it with
-    everything else it found.
+    whose header is corrupt, :class:`TruncatedFile` when it ends inside the header. A file cut
+    after the header is *not* an error here: the caller reports it with everything else it found.
     """
     path = Path(path)
     with CountingReader(path) as r:
         pre = r.read_at(0, HEADER_BEGIN)
-        if len(pre) < HEADER_BEGIN or pre[:8] != MAGIC:
-            what = "file is shorter than the 32-byte preamble" if len(pre) < 8 else f"magic is {pre[:8]!r}"
-            raise ArtifactError(f"{path}: not a .litertlm file ({what}, expected b'LITERTLM')",
+        if not pre or pre[:len(MAGIC)] != MAGIC[:len(pre)]:
+            what = "file is empty" if not pre else f"starts with {pre[:len(MAGIC)]!r}"
+            raise ArtifactError(f"{path}: not a .litertlm file ({what}, expected {MAGIC!r})",
                                 "check the download (is it an HTML error page?) or pass the right file")
+        if len(pre) < HEADER_BEGIN:
+            raise TruncatedFile(f"{path}: truncated: {r.size} bytes, header needs {HEADER_BEGIN}",
+                                "re-download the file; check size and sha256")
         major, minor, patch = struct.unpack_from("<III", pre, 8)
         if major != MAJOR_VERSION:
             raise ArtifactError(f"{path}: unsupported LiteRT-LM format {major}.{minor}.{patch}",
@@ -347,7 +365,7 @@ def read_litertlm(path: str | Path) -> LitertlmInfo:
             raise ArtifactError(f"{path}: corrupt header (header end offset {header_end})",
                                 "re-download the file; check its sha256")
         if header_end > r.size:
-            raise ArtifactError(f"{path}: truncated inside the header ({r.size} bytes, header ends at {header_end})",
+            raise TruncatedFile(f"{path}: truncated: {r.size} bytes, header needs {header_end}",
                                 "re-download the file; check size and sha256")
         raw = r.read_at(HEADER_BEGIN, header_end - HEADER_BEGIN)
         try:
@@ -369,7 +387,7 @@ def read_litertlm(path: str | Path) -> LitertlmInfo:
                 s.note = f"section ends at {s.end} but the file has only {r.size} bytes"
             if s.data_type == "LlmMetadataProto" and s.end <= r.size:
                 info.llm_metadata = _llm_metadata(r, s)
-            elif s.is_model and "npu" in _allowed(s.backend_constraint):
+            elif s.is_model and "npu" in allowed_backends(s.backend_constraint):
                 _dispatch_ops(r, s)
         info.bytes_read, info.reads = r.bytes_read, r.reads
     return info

@@ -82,7 +82,8 @@ def test_cli_board_mismatch(tmp_path, cli):
     (lambda b: b"NOTLITER" + b[8:], "not a .litertlm file"),
     (lambda b: b[:24] + struct.pack("<Q", 1 << 40) + b[32:], "corrupt header"),
     (lambda b: b[:32] + b"\xff" * 64 + b[96:], "corrupt header"),
-    (lambda b: b[:16], "not a .litertlm file"),
+    (lambda b: b"", "not a .litertlm file (file is empty"),
+    (lambda b: b"<html>" + b[6:20], "not a .litertlm file (starts with b'<html>"),
 ])
 def test_cli_damaged_files_one_line_exit_2(tmp_path, cli, damage, needle):
     good = make_litertlm(tmp_path / "m.litertlm")
@@ -188,3 +189,32 @@ def test_large_op_table_is_read_in_growing_windows(tmp_path):
     assert len(npu[0].dispatch_ops) == 1500 and npu[0].note is None
     assert info.qairt_builds == ["2.44.0.260225"]
     assert info.bytes_read < 16 * 1024 * 1024
+
+
+@pytest.mark.parametrize("keep,needs", [(16, "32"), (5, "32"), (31, "32"), (200, "header_end")])
+def test_cli_file_cut_in_the_header_says_truncated_exit_1(tmp_path, cli, keep, needs):
+    good = make_litertlm(tmp_path / "m.litertlm").read_bytes()
+    needs = str(struct.unpack_from("<Q", good, 24)[0]) if needs == "header_end" else needs
+    bad = tmp_path / "cut.litertlm"
+    bad.write_bytes(good[:keep])
+    r = cli("inspect", bad, "--board", "iq-8275-evk")
+    assert r.code == 1 and len(r.err_lines) == 1
+    assert f"truncated: {keep} bytes, header needs {needs} -> re-download" in r.err and "magic" not in r.err
+
+
+def test_npu_model_is_fit_with_a_cpu_embedder_beside_it(tmp_path, cli):
+    f = make_litertlm(tmp_path / "m_qualcomm_qcs8275.litertlm", npu_only=False)
+    r = cli("inspect", f, "--board", "iq-8275-evk")
+    assert r.code == 0 and "can run on iq-8275-evk" in r.out
+
+
+def test_context_binary_without_build_id_cannot_run(tmp_path, cli):
+    f = make_litertlm(tmp_path / "m.litertlm")
+    data = f.read_bytes()
+    assert data.count(b"v2.44.0.260225") == 1
+    f.write_bytes(data.replace(b"v2.44.0.260225", b"x" * 14))
+    ins = inspect_path(f, board("iq-8275-evk"))
+    assert ins.qairt_builds == [] and len(ins.problems) == 1
+    assert ins.problems[0].startswith("NPU model without a QNN context binary build id (2 DISPATCH_OP(s)")
+    r = cli("inspect", f, "--board", "iq-8275-evk")
+    assert r.code == 1 and len(r.err_lines) == 1 and "qnn-context-binary-utility" in r.err
