@@ -4,8 +4,9 @@
 
 * ``edge-llm.yml`` - the top-level kas file (templates in ``kas/`` at the repo root): QLI release pins,
   repo-qualified includes of meta-qcom's ``ci/<machine>.yml`` and ``ci/qcom-distro-multimedia-image.yml``,
-  our layers, and ``local_conf_header`` snippets (``cmdline`` download_mode, ``extra`` login policy,
-  ``os-release`` BUILD_ID, ``edge-llm``, ``edge-llm-release``, ``edge-llm-cache``);
+  our layers, and ``local_conf_header`` entries of our own that add to meta-qcom's (never replace
+  them): ``edge-llm-cmdline`` download_mode, ``edge-llm-login`` (non-debug login), ``edge-llm-os-release``
+  BUILD_ID, ``edge-llm``, ``edge-llm-release``, ``edge-llm-cache``;
 * ``layers/meta-edge-llm/`` - a copy of this checkout's layer (the build mounts the render directory);
 * ``layers/meta-edge-llm-release/`` - generated: one recipe per model;
 * ``edge-llm-local.yml`` - only with ``repo_overrides`` (mirrors/tests): includes edge-llm.yml and
@@ -46,7 +47,14 @@ MAIN_FILE = "edge-llm.yml"
 LOCAL_FILE = "edge-llm-local.yml"
 LAYER_NAME = "meta-edge-llm"
 RELEASE_LAYER = "meta-edge-llm-release"
-SNIPPET_ORDER = ("cmdline", "extra", "os-release", "edge-llm", "edge-llm-release", "edge-llm-cache")
+# Our own local_conf_header keys. kas merges local_conf_header by key (a same-named entry REPLACES
+# meta-qcom's) and writes the entries sorted by key (kas/config.py _get_conf_header, kas 5.4/5.5), so
+# none of these may be named like an entry of meta-qcom's ci/*.yml (base.yml: base, diskmon,
+# clo-mirrors, cmdline, qcomflash, extra, os-release). Listed in the order kas writes them.
+SNIPPET_ORDER = ("edge-llm", "edge-llm-cache", "edge-llm-cmdline", "edge-llm-login", "edge-llm-os-release",
+                 "edge-llm-release")
+# meta-qcom ci/base.yml @ ef0004df, entry 'cmdline': KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode=1"
+META_QCOM_DOWNLOAD_MODE = 1
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 
 
@@ -93,22 +101,43 @@ def _q(value: str) -> str:
 
 
 def local_conf_snippets(plan: Plan) -> dict[str, str]:
-    """The ``local_conf_header`` snippets, by name. Overrides meta-qcom's cmdline/extra/os-release keys.
+    """The ``local_conf_header`` snippets, by name: entries of our own that ADD to meta-qcom's.
+
+    Nothing here replaces a meta-qcom entry: meta-qcom's ``ci/base.yml`` ``os-release`` entry is
+    the only place ``BUILD_ID`` joins ``OS_RELEASE_FIELDS`` and its ``extra`` entry also sets
+    DISTRO_FEATURES, IMAGE_ROOTFS_EXTRA_SPACE and the systemd watchdog; we change its values only
+    with ``:remove``/``:append`` and one ``=`` that beats its ``?=``.
 
     Split by who reads them, for sstate: ``edge-llm`` (QAIRT/runtime/policy choices: read by the
     QAIRT, runtime and policy recipes), ``edge-llm-release`` (model package list and release.json:
     read only by the image), ``edge-llm-cache`` (bitbake's own cache settings, no recipe reads them).
     """
     s: dict[str, str] = {}
-    s["cmdline"] = (f"# edge-llm: {plan.variant} image -> download_mode={plan.download_mode} "
-                    "(0: a crash reboots; 1: EDL ramdump, USB 05c6:900e)\n"
-                    f'KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode={plan.download_mode}"\n')
-    if plan.login_policy != "debug":  # debug images keep meta-qcom's own 'extra' snippet untouched
-        s["extra"] = (f"# edge-llm: {plan.variant} image, root login {plan.login_policy}: meta-qcom's debug login\n"
-                      "# features (empty root password, root login) are dropped\n"
-                      f'EXTRA_IMAGE_FEATURES:remove = "{" ".join(DEBUG_LOGIN_FEATURES)}"\n')
-    s["os-release"] = ("# edge-llm: BUILD_ID is the release id (meta-qcom's local-${DATETIME} defeats sstate)\n"
-                       f"BUILD_ID = {_q(plan.release_id)}\n")
+    mode = plan.download_mode
+    if mode == META_QCOM_DOWNLOAD_MODE:
+        s["edge-llm-cmdline"] = (f"# edge-llm: {plan.variant} image -> download_mode={mode} (1: EDL ramdump, USB "
+                                 "05c6:900e);\n# meta-qcom's own 'cmdline' entry already appends "
+                                 f"qcom_scm.download_mode={mode}\n")
+    else:
+        # :remove/:append are applied after every assignment, so this holds wherever kas sorts the entry
+        s["edge-llm-cmdline"] = (f"# edge-llm: {plan.variant} image -> download_mode={mode} (0: a crash reboots); "
+                                 "meta-qcom's 'cmdline' entry appends =1\n"
+                                 f'KERNEL_CMDLINE_EXTRA:remove = "qcom_scm.download_mode={META_QCOM_DOWNLOAD_MODE}"\n'
+                                 f'KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode={mode}"\n')
+    if plan.login_policy != "debug":  # debug images keep meta-qcom's 'extra' debug login features
+        features = " ".join(DEBUG_LOGIN_FEATURES)
+        s["edge-llm-login"] = (
+            f"# edge-llm: {plan.variant} image, root login {plan.login_policy}: meta-qcom's 'extra' entry adds the\n"
+            "# debug login features (empty root password, root login); the rest of that entry stays.\n"
+            "# IMAGE_FEATURES too: an image recipe may add allow-root-login itself (qcom-minimal-image does).\n"
+            f'EXTRA_IMAGE_FEATURES:remove = "{features}"\n'
+            f'IMAGE_FEATURES:remove = "{features}"\n')
+    # A plain '=' wins over meta-qcom's 'BUILD_ID ?=' whichever of the two kas writes first. The field
+    # itself comes from meta-qcom's 'os-release' entry (OS_RELEASE_FIELDS:append = " BUILD_ID"; oe-core's
+    # os-release.bb does not list it), which must therefore never be replaced: validate_with_kas checks.
+    s["edge-llm-os-release"] = ("# edge-llm: BUILD_ID is the release id (meta-qcom's local-${DATETIME} defeats "
+                                "sstate)\n"
+                                f"BUILD_ID = {_q(plan.release_id)}\n")
     lines = [
         "# edge-llm: QAIRT builds, runtimes and board policy (provisioner render)",
         f"EDGE_LLM_QAIRT_VERSIONS = {_q(' '.join(plan.qairt))}",
@@ -272,8 +301,9 @@ def validate_with_kas(result: RenderResult, repo_overrides: dict[str, dict[str, 
     """Resolve the rendered configuration with the real ``kas dump`` (clones/checks out the repos).
 
     Proves before any build that every include exists in the pinned meta-qcom and that the pins
-    resolve; also refuses a production ``extra`` override that would drop settings meta-qcom's
-    ``ci/base.yml`` keeps in that snippet. Returns the resolved configuration (a dict).
+    resolve; also refuses a configuration that replaces a local_conf_header entry of meta-qcom's
+    ``ci/*.yml`` or in which nothing adds BUILD_ID to OS_RELEASE_FIELDS. Returns the resolved
+    configuration (a dict).
     ``repo_overrides`` (tests, mirrors) writes ``edge-llm-local.yml`` next to the main file first.
     """
     kas_file = result.kas_file
@@ -297,14 +327,38 @@ def validate_with_kas(result: RenderResult, repo_overrides: dict[str, dict[str, 
         raise RenderError(f"kas cannot resolve {kas_file.name}: {reason.strip()}",
                           "check the includes and pins against the release (catalog releases.yaml)")
     config = yaml.safe_load(proc.stdout)
-    if result.plan.login_policy != "debug":
-        base = wd / "meta-qcom" / "ci" / "base.yml"
-        if base.is_file():
-            extra = (yaml.safe_load(base.read_text()) or {}).get("local_conf_header", {}).get("extra", "") or ""
-            other = [ln.strip() for ln in str(extra).splitlines()
-                     if ln.strip() and not ln.strip().startswith("#") and "EXTRA_IMAGE_FEATURES" not in ln]
-            if other:
-                raise RenderError("meta-qcom ci/base.yml's 'extra' snippet also sets: " + "; ".join(other),
-                                  "the production login override replaces that snippet: add those lines to "
-                                  "provisioner/image/render.py's 'extra' snippet for this release")
+    check_meta_qcom_entries_kept(config, list(result.kas_files), wd / "meta-qcom" / "ci")
     return config
+
+
+def check_meta_qcom_entries_kept(config: dict[str, Any], ours: list[Path], ci_dir: Path) -> None:
+    """Refuse a rendered configuration that replaces a local_conf_header entry of meta-qcom's ``ci/*.yml``.
+
+    kas replaces a same-named entry wholesale, silently: replacing ``os-release`` loses BUILD_ID in
+    /etc/os-release, replacing ``extra`` loses DISTRO_FEATURES efi/pam/pni-names and more. Also
+    refuses a merged configuration in which no entry adds BUILD_ID to OS_RELEASE_FIELDS (oe-core's
+    os-release.bb at 06dd66e6 does not list it; meta-qcom's ci/base.yml ``os-release`` entry adds it).
+    """
+    def keys(f: Path) -> set[str]:
+        try:
+            data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            return set()
+        lch = data.get("local_conf_header") if isinstance(data, dict) else None
+        return set(lch) if isinstance(lch, dict) else set()
+
+    theirs = {k: f.name for f in sorted(ci_dir.glob("*.yml")) for k in keys(f)}
+    for f in ours:
+        clash = sorted(keys(f) & theirs.keys())
+        if clash:
+            raise RenderError(f"{f.name}: local_conf_header entry {clash[0]!r} replaces meta-qcom "
+                              f"ci/{theirs[clash[0]]}'s entry of that name",
+                              "name it edge-llm-...: kas replaces same-named entries")
+    merged = config.get("local_conf_header") or {}
+    fields = [ln for text in merged.values() for ln in str(text).splitlines()
+              if ln.strip().startswith(("OS_RELEASE_FIELDS:append", "OS_RELEASE_FIELDS +="))
+              and "BUILD_ID" in ln]
+    if not fields:
+        raise RenderError("no local_conf_header entry adds BUILD_ID to OS_RELEASE_FIELDS: /etc/os-release would "
+                          "have no BUILD_ID (boot check, getty banner and fleet verify read it)",
+                          "keep meta-qcom ci/base.yml's 'os-release' entry (do not replace it)")

@@ -1,11 +1,11 @@
 """Local git fixtures that mirror the QLI 2.0 repos kas resolves (no network).
 
-Real file names and kas fragment shapes from notes/qli-kas-yocto.md: meta-qcom with ``ci/base.yml``
-(local_conf_header keys base, diskmon, clo-mirrors, cmdline, qcomflash, extra, os-release),
-``ci/base.lock.yml`` (kas ``overrides`` pins of the other layers), ``ci/<machine>.yml``,
-``ci/qcom-distro.yml``, ``ci/qcom-distro-multimedia-image.yml``; meta-qcom-releases with
-``lock.yml``; oe-core with an executable ``oe-init-build-env``; a bitbake stand-in; meta-lts-mixins;
-meta-qcom-distro with ``qcom-multimedia-image.bb``; meta-openembedded. Each repo has its own commits.
+meta-qcom carries the REAL ``ci/base.yml`` and ``ci/<machine>.yml`` of qualcomm-linux/meta-qcom @
+ef0004df (read from ../shared/realworld), a fixture ``ci/base.lock.yml`` (kas ``overrides`` pins of
+the fixture layers) and reduced ``ci/qcom-distro.yml`` / ``ci/qcom-distro-multimedia-image.yml``;
+the other repos: meta-qcom-releases with ``lock.yml``; oe-core with an executable
+``oe-init-build-env``; a bitbake stand-in; meta-lts-mixins; meta-qcom-distro with
+``qcom-multimedia-image.bb``; meta-openembedded. Each repo has its own commits.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# meta-qcom's ci/ kas fragments at the qli-2.0 tag (qualcomm-linux/meta-qcom @ ef0004df), real files in
+# ../shared/realworld next to the repo root (CI has them there)
+META_QCOM_CI = Path(__file__).resolve().parents[2].parent / "shared" / "realworld" / "kas" / "meta-qcom-ef0004df" / "ci"
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "fixture", "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
     "GIT_COMMITTER_NAME": "fixture", "GIT_COMMITTER_EMAIL": "fixture@example.invalid",
@@ -22,66 +26,14 @@ GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
 }
 
-BASE_YML = """\
-header:
-  version: 14
+# meta-qcom's own ci/base.yml and ci/<machine>.yml, verbatim (local_conf_header entries base, diskmon,
+# clo-mirrors, cmdline, qcomflash, extra, os-release: the ones a render must add to, never replace).
+REAL_CI_FILES = ("base.yml", "iq-8275-evk.yml", "iq-9075-evk.yml")
 
-distro: poky-altcfg
-
-defaults:
-  repos:
-    branch: wrynose
-
-repos:
-  meta-qcom:
-
-  oe-core:
-    url: https://github.com/openembedded/openembedded-core
-    layers:
-      meta:
-
-  bitbake:
-    url: https://github.com/openembedded/bitbake
-    layers:
-      .: disabled
-
-  meta-lts-mixins:
-    url: https://git.yoctoproject.org/meta-lts-mixins
-    branch: wrynose/linux-firmware
-
-local_conf_header:
-  base: |
-    CONF_VERSION = "2"
-    INHERIT += "buildstats-summary buildhistory rm_work image-buildinfo"
-  diskmon: |
-    BB_DISKMON_DIRS = "STOPTASKS,${TMPDIR},1G,100K"
-  clo-mirrors: |
-    PREMIRRORS:prepend = " git://.*/.* https://qli.example.invalid/mirror/ "
-  cmdline: |
-    KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode=1"
-  qcomflash: |
-    IMAGE_CLASSES += "image_types_qcom"
-    IMAGE_FSTYPES += "qcomflash"
-  extra: |
-    EXTRA_IMAGE_FEATURES += "allow-empty-password empty-root-password allow-root-login"
-  os-release: |
-    BUILD_ID ?= "local-${DATETIME}"
-
-machine: unset
-
-target:
-  - core-image-base
-"""
-
-MACHINE_YML = """\
-header:
-  version: 14
-  includes:
-    - ci/base.yml
-
-machine: {machine}
-"""
-
+# Stand-ins for meta-qcom ci/qcom-distro.yml and ci/qcom-distro-multimedia-image.yml @ ef0004df, reduced
+# to what the fixture repos provide (the real qcom-distro.yml also names meta-virtualization,
+# meta-audioreach, meta-selinux, meta-updater, meta-security and a meta-oe patch): same distro, a subset
+# of its repos, no local_conf_header entry of their own. test_render_kas.py checks this against the real files.
 QCOM_DISTRO_YML = """\
 header:
   version: 14
@@ -225,9 +177,7 @@ def build_qli_fixture(root: Path, *, with_618: bool = False) -> QliFixture:
         "meta-python/conf/layer.conf": layer_conf("meta-python")})
     ci = {
         "conf/layer.conf": layer_conf("qcom", depends="core lts-linux-firmware-mixin"),
-        "ci/base.yml": BASE_YML,
-        "ci/iq-8275-evk.yml": MACHINE_YML.format(machine="iq-8275-evk"),
-        "ci/iq-9075-evk.yml": MACHINE_YML.format(machine="iq-9075-evk"),
+        **{f"ci/{name}": (META_QCOM_CI / name).read_text(encoding="utf-8") for name in REAL_CI_FILES},
         "ci/qcom-distro.yml": QCOM_DISTRO_YML,
         "ci/qcom-distro-multimedia-image.yml": MULTIMEDIA_YML,
         # base.lock.yml pins the other layers; it also pins oe-core to an OLDER commit than the

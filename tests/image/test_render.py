@@ -64,18 +64,25 @@ def test_kas_file_is_valid_kas_and_carries_the_release_pins(tmp_path):
 def test_production_and_debug_policy_snippets(tmp_path):
     prod = render(load_manifest(write_manifest(tmp_path / "p.yaml", release="prod-1")), tmp_path / "p")
     lch = _kas(prod)["local_conf_header"]
-    assert 'KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode=0"' in lch["cmdline"]
-    assert "EXTRA_IMAGE_FEATURES:remove" in lch["extra"] and "+=" not in lch["extra"]
-    assert 'BUILD_ID = "prod-1"' in lch["os-release"] and "DATETIME" not in lch["os-release"].split("\n", 1)[1]
+    # entries of our own only: kas would REPLACE meta-qcom's same-named ci/base.yml entries
+    assert not set(lch) & {"base", "diskmon", "clo-mirrors", "cmdline", "qcomflash", "extra", "os-release"}
+    assert 'KERNEL_CMDLINE_EXTRA:remove = "qcom_scm.download_mode=1"' in lch["edge-llm-cmdline"]
+    assert 'KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode=0"' in lch["edge-llm-cmdline"]
+    login = lch["edge-llm-login"]
+    assert 'EXTRA_IMAGE_FEATURES:remove = "allow-empty-password empty-root-password allow-root-login"' in login
+    assert 'IMAGE_FEATURES:remove = "allow-empty-password empty-root-password allow-root-login"' in login
+    assert 'BUILD_ID = "prod-1"' in lch["edge-llm-os-release"]
+    assert "DATETIME" not in lch["edge-llm-os-release"].split("\n", 1)[1]
     assert 'EDGE_LLM_LOGIN_POLICY = "keys-only"' in lch["edge-llm"]
     assert "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly0000 ops@test" in lch["edge-llm"]
     assert 'EDGE_LLM_DOWNLOAD_MODE = "0"' in lch["edge-llm"]
+    assert list(lch) == sorted(lch)  # the file lists them in the order kas writes them
 
     dbg = render(load_manifest(write_manifest(tmp_path / "d.yaml", release="dbg-1",
                                               image={"variant": "debug"})), tmp_path / "d")
     lch = _kas(dbg)["local_conf_header"]
-    assert "qcom_scm.download_mode=1" in lch["cmdline"]
-    assert "extra" not in lch  # meta-qcom's own debug conveniences stay
+    assert "KERNEL_CMDLINE_EXTRA" not in lch["edge-llm-cmdline"]  # meta-qcom's cmdline entry gives =1
+    assert "edge-llm-login" not in lch  # meta-qcom's own debug conveniences stay
     assert 'EDGE_LLM_LOGIN_POLICY = "debug"' in lch["edge-llm"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -14,7 +15,21 @@ from provisioner import catalog
 from provisioner.errors import RenderError
 from provisioner.image.render import MAIN_FILE, render, validate_with_kas
 from provisioner.manifest import load_manifest
-from tests.image.kas_fixtures import build_qli_fixture, git, write_manifest
+from tests.image.kas_fixtures import (
+    META_QCOM_CI,
+    MULTIMEDIA_YML,
+    QCOM_DISTRO_YML,
+    build_qli_fixture,
+    git,
+    write_manifest,
+)
+
+
+@pytest.fixture
+def realworld_ci() -> Path:
+    if not META_QCOM_CI.is_dir():
+        pytest.fail(f"{META_QCOM_CI} is missing: these tests need ../shared/realworld next to the repo root")
+    return META_QCOM_CI
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +76,11 @@ def test_kas_dump_resolves_release_pins_and_base_lock(tmp_path, monkeypatch, fx)
     assert repos["meta-qcom-distro"]["commit"] == fx.commits["meta-qcom-distro"][0] != fx.head("meta-qcom-distro")
     assert cfg["machine"] == "iq-8275-evk" and cfg["distro"] == "qcom-distro" and cfg["target"] == ["edge-llm-image"]
     lch = cfg["local_conf_header"]
-    assert "qcom_scm.download_mode=0" in lch["cmdline"] and "download_mode=1" not in lch["cmdline"]
-    assert "qcomflash" in lch and "EXTRA_IMAGE_FEATURES:remove" in lch["extra"]
-    assert 'BUILD_ID = "rel-1"' in lch["os-release"]
+    base = yaml.safe_load((META_QCOM_CI / "base.yml").read_text())["local_conf_header"]
+    assert {k: lch[k] for k in base} == base  # every meta-qcom entry survives the merge unchanged
+    assert 'KERNEL_CMDLINE_EXTRA:append = " qcom_scm.download_mode=0"' in lch["edge-llm-cmdline"]
+    assert "EXTRA_IMAGE_FEATURES:remove" in lch["edge-llm-login"]
+    assert 'BUILD_ID = "rel-1"' in lch["edge-llm-os-release"]
 
 
 def test_kas_checkout_end_to_end(tmp_path, monkeypatch, fx):
@@ -83,7 +100,9 @@ def test_kas_checkout_end_to_end(tmp_path, monkeypatch, fx):
     local = (work / "build" / "conf" / "local.conf").read_text()
     assert 'MACHINE ??= "iq-8275-evk"' in local
     assert 'EDGE_LLM_QAIRT_VERSIONS = "2.44.0.260225"' in local
-    assert 'BUILD_ID ?= "local-${DATETIME}"' not in local  # meta-qcom's os-release snippet was replaced
+    # kas writes meta-qcom's entries and ours, sorted by key; ours add to meta-qcom's, nothing is replaced
+    assert 'OS_RELEASE_FIELDS:append = " BUILD_ID"' in local and 'BUILD_ID = "rel-1"' in local
+    assert 'DISTRO_FEATURES:append = " efi pam pni-names"' in local
 
 
 def test_production_pins_stay_while_repos_are_redirected(tmp_path, fx):
@@ -118,26 +137,50 @@ def test_rc3_like_release_with_618_include(tmp_path, monkeypatch, fx618):
     assert "linux-qcom-6.18" in cfg["local_conf_header"]["kernel"]
 
 
-def test_production_override_refuses_to_drop_other_extra_settings(tmp_path, monkeypatch, fx):
-    """If meta-qcom's 'extra' snippet sets more than the debug features, replacing it would lose them."""
+@contextlib.contextmanager
+def _meta_qcom_commit(monkeypatch, fx, rid: str, change):
+    """A release pinning a meta-qcom commit with ``change(base_yml_dict)`` applied to ci/base.yml."""
     repo = fx.root / "meta-qcom"
     base = yaml.safe_load((repo / "ci" / "base.yml").read_text())
-    base["local_conf_header"]["extra"] += 'DISTRO_FEATURES:append = " efi"\n'
+    change(base)
     (repo / "ci" / "base.yml").write_text(yaml.safe_dump(base, sort_keys=False))
-    git(repo, "commit", "-qam", "extra grows")
+    git(repo, "commit", "-qam", f"fixture: {rid}")
     entry = fx.release_entry()
     entry["lock"]["meta-qcom"]["commit"] = git(repo, "rev-parse", "HEAD")
     try:
-        _add_release(monkeypatch, "qli-extra", entry)
-        res = render(_manifest(tmp_path, "qli-extra"), tmp_path / "out", repo_overrides=_other_repos(fx))
-        with pytest.raises(RenderError) as e:
-            validate_with_kas(res, work_dir=tmp_path / "work")
-        assert 'DISTRO_FEATURES:append = " efi"' in str(e.value)
-        dbg = render(_manifest(tmp_path, "qli-extra", image={"variant": "debug"}), tmp_path / "dbg",
-                     repo_overrides=_other_repos(fx))
-        validate_with_kas(dbg, work_dir=tmp_path / "work2")  # debug keeps meta-qcom's snippet: fine
+        _add_release(monkeypatch, rid, entry)
+        yield
     finally:
         git(repo, "reset", "-q", "--hard", "HEAD~1")
+
+
+def test_validate_refuses_an_entry_that_would_replace_meta_qcoms(tmp_path, monkeypatch, fx):
+    """A meta-qcom release that starts using one of our entry names: kas would replace one of the two."""
+    with _meta_qcom_commit(monkeypatch, fx, "qli-clash",
+                           lambda b: b["local_conf_header"].update({"edge-llm-cache": "INHERIT += \"x\"\n"})):
+        res = render(_manifest(tmp_path, "qli-clash"), tmp_path / "out", repo_overrides=_other_repos(fx))
+        with pytest.raises(RenderError, match="entry 'edge-llm-cache' replaces meta-qcom ci/base.yml's entry"):
+            validate_with_kas(res, work_dir=tmp_path / "work")
+
+
+def test_validate_refuses_a_configuration_without_build_id_in_os_release(tmp_path, monkeypatch, fx):
+    with _meta_qcom_commit(monkeypatch, fx, "qli-no-os-release", lambda b: b["local_conf_header"].pop("os-release")):
+        res = render(_manifest(tmp_path, "qli-no-os-release"), tmp_path / "out", repo_overrides=_other_repos(fx))
+        with pytest.raises(RenderError, match="no local_conf_header entry adds BUILD_ID to OS_RELEASE_FIELDS"):
+            validate_with_kas(res, work_dir=tmp_path / "work")
+
+
+def test_reduced_qcom_distro_fixtures_agree_with_the_real_files(realworld_ci):
+    """The stand-ins for ci/qcom-distro*.yml: same distro/target/include, a subset of the real repos."""
+    fixture = yaml.safe_load(QCOM_DISTRO_YML)
+    real = yaml.safe_load((realworld_ci / "qcom-distro.yml").read_text())
+    assert fixture["distro"] == real["distro"]
+    assert set(fixture["repos"]) <= set(real["repos"])
+    assert "local_conf_header" not in fixture
+    mm_fixture = yaml.safe_load(MULTIMEDIA_YML)
+    mm_real = yaml.safe_load((realworld_ci / "qcom-distro-multimedia-image.yml").read_text())
+    assert mm_fixture["target"] == mm_real["target"]
+    assert mm_fixture["header"]["includes"] == mm_real["header"]["includes"]
 
 
 def test_render_inside_a_git_checkout_points_kas_at_the_right_layer_dirs(tmp_path, monkeypatch, fx):
