@@ -17,8 +17,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LAYER = REPO / "layers" / "meta-edge-llm"
+# meta-qcom-distro's image stack (qcom-minimal -> console -> multimedia) as the real recipes set it
+QCOM_DISTRO_FIXTURE = REPO / "tests" / "fixtures" / "bitbake" / "meta-qcom-distro"
 
-STUB_CLASSES = ("packagegroup", "useradd", "systemd", "allarch", "extrausers", "image")
+STUB_CLASSES = ("packagegroup", "useradd", "systemd", "allarch", "extrausers", "image", "features_check",
+                "image-adbd")
+
+# What a fixture meta-qcom-distro image stack (tests/fixtures/bitbake/meta-qcom-distro) needs to be
+# judged like the real one. The login-related ROOTFS_POSTPROCESS_COMMANDs oe-core schedules from
+# IMAGE_FEATURES (openembedded-core 06dd66e6 meta/classes-recipe/rootfs-postcommands.bbclass:
+# zap_empty_root_password unless empty-root-password, ssh_allow_empty_password with
+# allow-empty-password, ssh_allow_root_login with allow-root-login); the functions themselves are
+# not needed, only which of them a configuration would run.
+ROOTFS_POSTCOMMANDS_BBCLASS = """\
+def _feature_cmd(d, feature, when_set, when_unset):
+    return when_set if bb.utils.contains("IMAGE_FEATURES", feature, True, False, d) else when_unset
+ROOTFS_POSTPROCESS_COMMAND += "${@_feature_cmd(d, 'empty-root-password', '', 'zap_empty_root_password')}"
+ROOTFS_POSTPROCESS_COMMAND += "${@_feature_cmd(d, 'allow-empty-password', 'ssh_allow_empty_password', '')}"
+ROOTFS_POSTPROCESS_COMMAND += "${@_feature_cmd(d, 'allow-root-login', 'ssh_allow_root_login', '')}"
+"""
 
 # The task chain of oe-core's base.bbclass, reduced to what decides a task's signature here:
 # which variables each task reads (fetch: SRC_URI and checksums; package: PACKAGES/FILES/RDEPENDS).
@@ -66,6 +83,7 @@ addtask build after do_package
 """
 
 CORE_IMAGE_BBCLASS = """\
+inherit rootfs-postcommands
 python do_rootfs() {
     d.getVar("IMAGE_INSTALL")
 }
@@ -87,12 +105,16 @@ PV = "${{@bb.parse.vars_from_file(d.getVar('FILE', False), d)[1] or '1.0'}}"
 DL_DIR = "{tmp}/downloads"
 COMMON_LICENSE_DIR = "{tmp}/licenses"
 sysconfdir = "/etc"
+sbindir = "/usr/sbin"
 ROOT_HOME = "/root"
 systemd_unitdir = "/usr/lib/systemd"
 systemd_system_unitdir = "/usr/lib/systemd/system"
 MACHINE_ARCH = "${{@d.getVar('MACHINE').replace('-', '_')}}"
 IMAGE_ROOTFS = "${{WORKDIR}}/rootfs"
 OVERRIDES = "${{MACHINE}}:pn-${{PN}}"
+# as in oe-core's bitbake.conf (06dd66e6): EXTRA_IMAGE_FEATURES reaches images through IMAGE_FEATURES
+EXTRA_IMAGE_FEATURES ??= ""
+IMAGE_FEATURES += "${{EXTRA_IMAGE_FEATURES}}"
 export PATH = "/usr/bin:/bin"
 # as in oe-core's bitbake.conf: every other varflag (e.g. SRC_URI[name.sha256sum]) is part of a signature
 BB_SIGNATURE_EXCLUDE_FLAGS = "doc deps depends interactive lockfiles type vardepsexclude vardeps vardepvalue \
@@ -122,6 +144,7 @@ def make_env(tmp: Path, extra_layers: tuple[Path, ...] = (), local_conf: str = "
         (env / "classes" / f"{name}.bbclass").write_text(f"# stand-in for oe-core {name}.bbclass\n")
     (env / "classes" / "base.bbclass").write_text(BASE_BBCLASS)
     (env / "classes" / "core-image.bbclass").write_text(CORE_IMAGE_BBCLASS)
+    (env / "classes" / "rootfs-postcommands.bbclass").write_text(ROOTFS_POSTCOMMANDS_BBCLASS)
     (env / "conf" / "bitbake.conf").write_text(BITBAKE_CONF.format(tmp=tmp) + f'MACHINE = "{machine}"\n')
     (env / "conf" / "local.conf").write_text(local_conf)
     (env / "layers.txt").write_text("\n".join(str(p) for p in (LAYER, *extra_layers)))

@@ -1,3 +1,3 @@
 """Python helpers of meta-edge-llm, imported by bitbake via ``addpylib`` (see conf/layer.conf)."""
 
-BBIMPORTS = ["modelcheck"]
+BBIMPORTS = ["modelcheck", "loginpolicy"]

@@ -5,9 +5,11 @@ require recipes-products/images/qcom-multimedia-image.bb
 SUMMARY = "Qualcomm Linux multimedia image with on-device LLMs (edge-llm provisioner)"
 LICENSE = "MIT"
 
-# Both already come with qcom-multimedia-image; named here because the production login fix-ups
-# below use them (qcom-minimal-image sets the root password through extrausers).
-inherit core-image extrausers
+# core-image and extrausers already come with qcom-multimedia-image; named here because the
+# login policy class edits IMAGE_FEATURES and EXTRA_USERS_PARAMS (qcom-minimal-image sets the root
+# password through extrausers). edge-llm-login-policy: production images drop QLI's root login
+# features and fail the build if the rootfs still lets root log in with a password.
+inherit core-image extrausers edge-llm-login-policy
 
 # Model packages (edge-llm-model-<name>), set by `provisioner render`. Only this image reads it.
 EDGE_LLM_MODEL_PACKAGES ??= ""
@@ -15,18 +17,8 @@ EDGE_LLM_MODEL_PACKAGES ??= ""
 EDGE_LLM_EXTRA_PACKAGES ??= ""
 # /etc/edge-llm/release.json content (one-line JSON written by `provisioner render`).
 EDGE_LLM_RELEASE_JSON ??= "{}"
-EDGE_LLM_LOGIN_POLICY ??= "disabled"
-EDGE_LLM_DEBUG_LOGIN_FEATURES = "allow-empty-password empty-root-password allow-root-login"
-EDGE_LLM_ROOT_PASSWORD_PARAMS = "usermod -p '*' root;"
 
 IMAGE_INSTALL += "packagegroup-edge-llm ${EDGE_LLM_MODEL_PACKAGES} ${EDGE_LLM_EXTRA_PACKAGES}"
-
-# Production: no empty passwords, no root login with a password, and QLI's default root
-# password (oelinux123, set by qcom-minimal-image) replaced by '*' (no password matches; SSH keys
-# still work, unlike a locked '!' account). The kas `extra` snippet drops the same features; this
-# is the safety net if a later fragment adds them back.
-EXTRA_IMAGE_FEATURES:remove = "${@'' if d.getVar('EDGE_LLM_LOGIN_POLICY') == 'debug' else d.getVar('EDGE_LLM_DEBUG_LOGIN_FEATURES')}"
-EXTRA_USERS_PARAMS:append = " ${@'' if d.getVar('EDGE_LLM_LOGIN_POLICY') == 'debug' else d.getVar('EDGE_LLM_ROOT_PASSWORD_PARAMS')}"
 
 python edge_llm_release_json() {
     import json, os
@@ -36,20 +28,6 @@ python edge_llm_release_json() {
     with open(path, "w") as f:
         json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
-}
-
-python edge_llm_check_login() {
-    import os
-    if d.getVar("EDGE_LLM_LOGIN_POLICY") == "debug":
-        return
-    shadow = d.getVar("IMAGE_ROOTFS") + d.getVar("sysconfdir") + "/shadow"
-    if os.path.exists(shadow):
-        with open(shadow) as f:
-            for line in f:
-                fields = line.split(":")
-                if fields[0] == "root" and fields[1] == "":
-                    bb.fatal("production image: root has an empty password -> check EXTRA_IMAGE_FEATURES "
-                             "and EXTRA_USERS_PARAMS in later kas fragments")
 }
 
 python edge_llm_check_fastrpc() {
@@ -65,7 +43,6 @@ python edge_llm_check_fastrpc() {
 
 edge_llm_check_fastrpc[doc] = "Fails an image in which cdsprpcd (FastRPC daemon for the cDSP) is not enabled"
 edge_llm_release_json[doc] = "Writes /etc/edge-llm/release.json from EDGE_LLM_RELEASE_JSON"
-edge_llm_check_login[doc] = "Fails a production image whose root password is empty"
 ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json"
 # Checks run last, after oe-core's own rootfs post-processing (users, presets) is done.
-IMAGE_PREPROCESS_COMMAND += "edge_llm_check_login edge_llm_check_fastrpc"
+IMAGE_PREPROCESS_COMMAND += "edge_llm_check_fastrpc"
