@@ -55,6 +55,9 @@ class Board:
     system_qairt_skel_dir: str
     contents_chip_ids: tuple[str, ...]
     performance: tuple[Performance, ...] = field(default=())
+    #: Bytes of the board's UFS device (boards.yaml storage.size_bytes): bounds a partition that grows
+    #: to the end of its LUN (``num_partition_sectors="0"``), which no XML gives a size for.
+    storage_bytes: int | None = None
 
     def expected(self, model: str, os: str = "qli") -> Performance | None:
         """Reference speed for ``model`` on this board, preferring ``os``."""
@@ -85,7 +88,8 @@ class Board:
             "cdsp_count": self.cdsp_count,
             "qnn_soc_model": self.qnn_soc_model,
             "kas_machine": self.kas_machine,
-            "storage": {"type": self.storage_type, "sector_size": self.sector_size, "luns": list(self.luns)},
+            "storage": {"type": self.storage_type, "sector_size": self.sector_size, "luns": list(self.luns),
+                        "size_bytes": self.storage_bytes},
             "qairt_skel_dir": self.qairt_skel_dir,
             "qairt_host_lib_dir": self.qairt_host_lib_dir,
             "system_qairt_skel_dir": self.system_qairt_skel_dir,
@@ -163,6 +167,7 @@ def boards() -> dict[str, Board]:
             system_qairt_skel_dir=b["system_qairt_skel_dir"],
             contents_chip_ids=tuple(b["contents_chip_ids"]),
             performance=tuple(Performance(**p) for p in b.get("performance", [])),
+            storage_bytes=int(b["storage"]["size_bytes"]) if b["storage"].get("size_bytes") else None,
         )
     return out
 

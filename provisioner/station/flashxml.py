@@ -1,13 +1,16 @@
 """rawprogram*.xml / patch*.xml parsing with the rules qdl applies.
 
 Why our own parser: a station must refuse a bad bundle *before* a board sits in EDL with a
-half-written LUN. qdl itself fails a whole file when one attribute it reads is missing, treats
-``start_sector`` as text the device evaluates (``NUM_DISK_SECTORS-5.``), skips ``filename=""``
-and sends only ``filename="DISK"`` patches to the device. We mirror exactly that, and name the
-file, line and attribute in every error so the person at the station can fix the bundle.
+half-written LUN. What qdl does with these files (linux-msm/qdl v2.8-rc1, ``src/program.c``,
+``src/patch.c``, ``src/util.c``, ``src/firehose.c``): a <program> or <erase> missing an attribute
+it reads, or any other tag in a rawprogram file, fails the whole run; ``filename=""`` writes
+nothing; ``start_sector`` is text the device evaluates (``NUM_DISK_SECTORS-5.``); only
+``filename="DISK"`` patches go to the device; numbers are read with ``strtoul`` into 32 bits.
+We refuse what qdl would refuse, and name the file, line, entry and attribute in every error so
+the person at the station can fix the bundle. Numbers must be plain ASCII decimals that fit in
+32 bits: ``strtoul`` would silently read ``"4k"`` as 4 or wrap ``"4294967296"`` to 0.
 
-The qdl stand-in in ``provisioner.sim`` reuses this module, so the simulator and the preflight
-agree on what a bundle means.
+The simulator's qdl stand-in has its own reader (``provisioner.sim.qdl``); the two are never shared.
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ PATCH_REQUIRED = (
 #: Labels whose LUN qdl makes the boot LUN (setbootablestoragedrive).
 BOOT_LABELS = ("xbl", "xbl_a", "sbl1")
 
-_TOKEN = re.compile(r"\s*(?:(?P<num>\d+)\.?|(?P<name>NUM_DISK_SECTORS)|(?P<op>[-+*/]))")
+#: Longest number accepted in a sector expression (20 digits hold any 64-bit sector number).
+MAX_EXPR_DIGITS = 20
+#: qdl reads numeric attributes with strtoul into an ``unsigned int`` (src/util.c attr_as_unsigned).
+MAX_UNSIGNED = 0xFFFFFFFF
+
+_TOKEN = re.compile(r"\s*(?:(?P<num>[0-9]+)\.?|(?P<name>NUM_DISK_SECTORS)|(?P<op>[-+*/]))", re.ASCII)
+_DECIMAL = re.compile(r"[0-9]+\.?", re.ASCII)
 _CRC32 = re.compile(r"^\s*CRC32\((?P<start>[^,]+),(?P<length>[^)]+)\)\s*$")
 
 
@@ -139,27 +148,31 @@ def eval_sector(expr: str, num_disk_sectors: int, *, where: str = "") -> int:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise StationError(f"{prefix}cannot evaluate sector expression {expr!r}",
+            raise StationError(f"{prefix}cannot evaluate sector expression {_short(expr)}",
                                "use an integer or NUM_DISK_SECTORS-<n>.")
         pos = m.end()
         if expect_value:
             if m["num"] is not None:
+                if len(m["num"]) > MAX_EXPR_DIGITS:
+                    raise StationError(f"{prefix}sector expression {_short(expr)} has a {len(m['num'])}-digit "
+                                       f"number (at most {MAX_EXPR_DIGITS})", "fix the rawprogram/patch XML")
                 values.append(int(m["num"]))
             elif m["name"] is not None:
                 values.append(num_disk_sectors)
             else:
-                raise StationError(f"{prefix}cannot evaluate sector expression {expr!r}",
+                raise StationError(f"{prefix}cannot evaluate sector expression {_short(expr)}",
                                    "use an integer or NUM_DISK_SECTORS-<n>.")
             expect_value = False
         else:
             if m["op"] is None:
-                raise StationError(f"{prefix}cannot evaluate sector expression {expr!r}",
+                raise StationError(f"{prefix}cannot evaluate sector expression {_short(expr)}",
                                    "use an integer or NUM_DISK_SECTORS-<n>.")
             ops.append(m["op"])
             expect_value = True
         pos = len(text) if text[pos:].strip() == "" else pos
     if expect_value:
-        raise StationError(f"{prefix}incomplete sector expression {expr!r}", "use an integer or NUM_DISK_SECTORS-<n>.")
+        raise StationError(f"{prefix}incomplete sector expression {_short(expr)}",
+                           "use an integer or NUM_DISK_SECTORS-<n>.")
     result = values[0]
     for op, val in zip(ops, values[1:], strict=True):
         if op == "+":
@@ -170,10 +183,19 @@ def eval_sector(expr: str, num_disk_sectors: int, *, where: str = "") -> int:
             result *= val
         else:
             if val == 0:
-                raise StationError(f"{prefix}division by zero in sector expression {expr!r}",
+                raise StationError(f"{prefix}division by zero in sector expression {_short(expr)}",
                                    "fix the rawprogram/patch XML")
             result //= val
     return result
+
+
+class FlashXmlUnreadable(StationError):
+    """A flash XML that cannot be read or is not well-formed XML: bad input, not a checked-and-unfit bundle."""
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """``repr`` of an attribute value, cut so a 5000-digit number still gives a one-line error."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def _elements(path: Path) -> tuple[str, list[tuple[str, dict[str, str], int]]]:
@@ -181,9 +203,9 @@ def _elements(path: Path) -> tuple[str, list[tuple[str, dict[str, str], int]]]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise StationError(f"{path}: file not found", "check the flash bundle is complete") from None
+        raise FlashXmlUnreadable(f"{path}: file not found", "check the flash bundle is complete") from None
     except OSError as exc:
-        raise StationError(f"{path}: cannot read ({exc.strerror})", "check permissions") from None
+        raise FlashXmlUnreadable(f"{path}: cannot read ({exc.strerror})", "check permissions") from None
     parser = expat.ParserCreate()
     depth = 0
     root: list[str] = []
@@ -206,32 +228,50 @@ def _elements(path: Path) -> tuple[str, list[tuple[str, dict[str, str], int]]]:
     try:
         parser.Parse(data, True)
     except expat.ExpatError as exc:
-        raise StationError(f"{path.name}:{exc.lineno}: malformed XML ({expat.ErrorString(exc.code)}, column "
-                           f"{exc.offset + 1})", "regenerate the flash bundle or fix the XML") from None
+        raise FlashXmlUnreadable(f"{path.name}:{exc.lineno}: malformed XML ({expat.ErrorString(exc.code)}, "
+                                 f"column {exc.offset + 1})", "regenerate the flash bundle or fix the XML") from None
     return (root[0] if root else ""), children
 
 
+def _entry(path: Path, line: int, tag: str, attrs: dict[str, str]) -> str:
+    """``rawprogram4.xml:12: <program label="tz_a">``: where an entry is, for error messages."""
+    label = attrs.get("label", "")
+    shown = f' label="{label[:40]}"' if label else ""
+    return f"{path.name}:{line}: <{tag}{shown}>"
+
+
 def _unsigned(path: Path, line: int, tag: str, attrs: dict[str, str], name: str) -> int:
+    """A numeric attribute: ASCII decimal (an optional trailing dot, as ptool writes) within 32 bits."""
     raw = attrs[name].strip()
-    if raw.endswith("."):
-        raw = raw[:-1]
-    if not raw.isdigit():
-        raise StationError(f"{path.name}:{line}: <{tag}> attribute {name}={attrs[name]!r} is not a number",
-                           "fix the XML (qdl rejects the whole file)")
-    return int(raw)
+    where = _entry(path, line, tag, attrs)
+    if not _DECIMAL.fullmatch(raw):
+        raise StationError(f"{where} {name}={_short(attrs[name])} is not a decimal number",
+                           "fix the XML (qdl would misread it)")
+    digits = raw.rstrip(".").lstrip("0") or "0"
+    if len(digits) > len(str(MAX_UNSIGNED)) or int(digits) > MAX_UNSIGNED:
+        raise StationError(f"{where} {name}={_short(attrs[name])} is larger than {MAX_UNSIGNED} "
+                           "(qdl reads it as a 32-bit number)", "fix the XML")
+    return int(digits)
+
+
+def _expression(path: Path, line: int, tag: str, attrs: dict[str, str], name: str) -> str:
+    """A sector expression attribute, checked now so a typo is found on the host, not by the device."""
+    value = attrs[name]
+    eval_sector(value, 1 << 32, where=f"{_entry(path, line, tag, attrs)} {name}")
+    return value
 
 
 def _require(path: Path, line: int, tag: str, attrs: dict[str, str], names: tuple[str, ...]) -> None:
     for name in names:
         if name not in attrs:
-            raise StationError(f"{path.name}:{line}: <{tag}> is missing attribute {name}",
+            raise StationError(f"{_entry(path, line, tag, attrs)} is missing attribute {name}",
                                "fix the XML (qdl rejects the whole file)")
 
 
 def parse_rawprogram(path: Path | str) -> list[Program]:
     """All <program> and <erase> ops of one rawprogram XML, in file order.
 
-    Other tags are ignored (qdl prints "unrecognized tag" and carries on).
+    Any other tag fails, as in qdl (``unrecognized tag ... in program-type file`` ends the run).
     """
     path = Path(path)
     root, children = _elements(path)
@@ -242,7 +282,6 @@ def parse_rawprogram(path: Path | str) -> list[Program]:
     for tag, attrs, line in children:
         if tag == "program":
             _require(path, line, tag, attrs, PROGRAM_REQUIRED)
-            sparse = attrs.get("sparse", "false").strip().lower() == "true"
             out.append(Program(
                 xml=path, line=line,
                 sector_size=_unsigned(path, line, tag, attrs, "SECTOR_SIZE_IN_BYTES"),
@@ -250,25 +289,36 @@ def parse_rawprogram(path: Path | str) -> list[Program]:
                 label=attrs["label"],
                 num_partition_sectors=_unsigned(path, line, tag, attrs, "num_partition_sectors"),
                 lun=_unsigned(path, line, tag, attrs, "physical_partition_number"),
-                start_sector=attrs["start_sector"],
+                start_sector=_expression(path, line, tag, attrs, "start_sector"),
                 file_sector_offset=_unsigned(path, line, tag, attrs, "file_sector_offset"),
-                sparse=sparse,
+                sparse=attrs.get("sparse") == "true",     # qdl: exactly "true" (src/util.c attr_as_bool)
             ))
         elif tag == "erase":
             _require(path, line, tag, attrs, ERASE_REQUIRED)
-            out.append(Program(
+            op = Program(
                 xml=path, line=line,
                 sector_size=_unsigned(path, line, tag, attrs, "SECTOR_SIZE_IN_BYTES"),
                 filename="", label=attrs.get("label", ""),
                 num_partition_sectors=_unsigned(path, line, tag, attrs, "num_partition_sectors"),
                 lun=_unsigned(path, line, tag, attrs, "physical_partition_number"),
-                start_sector=attrs["start_sector"], file_sector_offset=0, erase=True,
-            ))
+                start_sector=_expression(path, line, tag, attrs, "start_sector"), file_sector_offset=0,
+                erase=True,
+            )
+            if op.num_partition_sectors == 0:
+                raise StationError(f"{_entry(path, line, tag, attrs)} erases 0 sectors",
+                                   "qdl refuses <erase num_partition_sectors=\"0\">; fix the XML")
+            out.append(op)
+        else:
+            raise StationError(f"{_entry(path, line, tag, attrs)}: unknown tag in a rawprogram file",
+                               "qdl fails on any tag but <program> and <erase>; fix the XML")
     return out
 
 
 def parse_patch(path: Path | str) -> list[Patch]:
-    """All <patch> ops of one patch XML, in file order (host-side ones included; see ``device_side``)."""
+    """All <patch> ops of one patch XML, in file order (host-side ones included; see ``device_side``).
+
+    Other tags are ignored, as qdl does for patch files.
+    """
     path = Path(path)
     root, children = _elements(path)
     if root != "patches":
@@ -279,7 +329,7 @@ def parse_patch(path: Path | str) -> list[Patch]:
         if tag != "patch":
             continue
         _require(path, line, tag, attrs, PATCH_REQUIRED)
-        out.append(Patch(
+        patch = Patch(
             xml=path, line=line,
             sector_size=_unsigned(path, line, tag, attrs, "SECTOR_SIZE_IN_BYTES"),
             byte_offset=_unsigned(path, line, tag, attrs, "byte_offset"),
@@ -289,7 +339,15 @@ def parse_patch(path: Path | str) -> list[Patch]:
             start_sector=attrs["start_sector"],
             value=attrs["value"],
             what=attrs.get("what", ""),
-        ))
+        )
+        if patch.device_side:      # what the device will evaluate must make sense on the host first
+            _expression(path, line, tag, attrs, "start_sector")
+            crc = patch.crc32_args()
+            if crc is not None:
+                eval_sector(crc[0], 1 << 32, where=f"{_entry(path, line, tag, attrs)} value")
+            else:
+                _expression(path, line, tag, attrs, "value")
+        out.append(patch)
     return out
 
 

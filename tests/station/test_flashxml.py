@@ -26,7 +26,6 @@ RAW0 = """<?xml version="1.0" ?>
   <program SECTOR_SIZE_IN_BYTES="4096" file_sector_offset="0" filename="gpt_backup0.bin" label="BackupGPT"
            num_partition_sectors="5" physical_partition_number="0" start_sector="NUM_DISK_SECTORS-5."/>
   <erase SECTOR_SIZE_IN_BYTES="4096" num_partition_sectors="8" physical_partition_number="0" start_sector="20"/>
-  <frobnicate/>
 </data>
 """
 
@@ -92,7 +91,66 @@ def test_non_numeric_attribute_named(tmp_path):
     p = tmp_path / "rawprogram1.xml"
     p.write_text('<data><program SECTOR_SIZE_IN_BYTES="4k" file_sector_offset="0" filename="x" label="x"'
                  ' num_partition_sectors="1" physical_partition_number="1" start_sector="0"/></data>')
-    with pytest.raises(StationError, match=r"rawprogram1.xml:1: <program> attribute SECTOR_SIZE_IN_BYTES='4k'"):
+    with pytest.raises(StationError, match=r"^rawprogram1.xml:1: <program label=\"x\"> SECTOR_SIZE_IN_BYTES='4k' "
+                                           r"is not a decimal number"):
+        parse_rawprogram(p)
+
+
+PROGRAM = ('<data>\n<program SECTOR_SIZE_IN_BYTES="4096" file_sector_offset="0" filename="tz.mbn" label="tz_a"\n'
+           ' num_partition_sectors="{n}" physical_partition_number="4" start_sector="{start}"/>\n</data>\n')
+
+
+@pytest.mark.parametrize("n,what", [
+    ("\u00b2", "is not a decimal number"),            # '²': str.isdigit() says yes, int() says no
+    ("\u0663", "is not a decimal number"),            # Arabic-Indic 3: int() accepts it, strtoul does not
+    ("9" * 5000, "is larger than 4294967295"),        # int() refuses > 4300 digits
+    ("4294967296", "is larger than 4294967295"),      # qdl's strtoul -> unsigned int would wrap it to 0
+])
+def test_bad_numbers_are_located_one_line_errors(tmp_path, n, what):
+    p = tmp_path / "rawprogram4.xml"
+    p.write_text(PROGRAM.format(n=n, start="6"), encoding="utf-8")
+    with pytest.raises(StationError) as exc:
+        parse_rawprogram(p)
+    msg = str(exc.value)
+    assert msg.startswith('rawprogram4.xml:2: <program label="tz_a"> num_partition_sectors=') and what in msg
+    assert "\n" not in msg and len(msg) < 300
+
+
+@pytest.mark.parametrize("start", ["1" * 5000, "NUM_DISK_SECTORS-\u00b2", "NUM_DISK_SECTORS-5x"])
+def test_bad_start_sector_found_on_the_host(tmp_path, start):
+    p = tmp_path / "rawprogram4.xml"
+    p.write_text(PROGRAM.format(n="8", start=start), encoding="utf-8")
+    with pytest.raises(StationError) as exc:
+        parse_rawprogram(p)
+    msg = str(exc.value)
+    assert msg.startswith('rawprogram4.xml:2: <program label="tz_a"> start_sector: ') and len(msg) < 300
+
+
+def test_bad_device_side_patch_value(tmp_path):
+    p = tmp_path / "patch0.xml"
+    p.write_text('<patches>\n<patch SECTOR_SIZE_IN_BYTES="4096" byte_offset="48" filename="DISK" '
+                 'physical_partition_number="0" size_in_bytes="8" start_sector="1" value="CRC32(2,' + "7" * 5000
+                 + ')" what="crc"/>\n</patches>\n')
+    with pytest.raises(StationError, match=r"^patch0.xml:2: .*has a 5000-digit number"):
+        parse_patch(p)
+
+
+def test_unknown_tag_in_rawprogram_fails_like_qdl(tmp_path):
+    # qdl v2.8 src/program.c: 'unrecognized tag "..." in program-type file' fails the run.
+    p = tmp_path / "rawprogram0.xml"
+    p.write_text(RAW0.replace("</data>", "  <frobnicate/>\n</data>"))
+    with pytest.raises(StationError, match=r"^rawprogram0.xml:\d+: <frobnicate>: unknown tag"):
+        parse_rawprogram(p)
+    q = tmp_path / "patch0.xml"                      # ...while patch files skip them (src/patch.c)
+    q.write_text(PATCH0.replace("</patches>", "  <frobnicate/>\n</patches>"))
+    assert len(parse_patch(q)) == 3
+
+
+def test_erase_of_zero_sectors_is_refused(tmp_path):
+    p = tmp_path / "rawprogram0.xml"
+    p.write_text('<data><erase SECTOR_SIZE_IN_BYTES="4096" num_partition_sectors="0" '
+                 'physical_partition_number="0" start_sector="0"/></data>')
+    with pytest.raises(StationError, match="erases 0 sectors"):
         parse_rawprogram(p)
 
 
