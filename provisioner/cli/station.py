@@ -91,7 +91,7 @@ def scan_cmd(config: Path | None, sysfs_root: Path | None, slots: Path | None, c
 @command.command("preflight")
 @click.argument("release", type=click.Path(path_type=Path))
 @click.option("--board", "board_id", help="Board id (default: the release's board).")
-@click.option("--no-hash", is_flag=True, help="Check sizes only, skip sha256 of every file.")
+@click.option("--no-hash", is_flag=True, help="Check sizes only: no sha256, no file read past its header.")
 @_json_opt
 def preflight_cmd(release: Path, board_id: str | None, no_hash: bool, as_json: bool) -> None:
     """Check a release / bundle / .qcomflash.tar.gz before flashing (nothing touches a board)."""
@@ -101,7 +101,8 @@ def preflight_cmd(release: Path, board_id: str | None, no_hash: bool, as_json: b
             print_json(pf.as_dict())
         else:
             stdout.print(table(f"preflight {pf.release_id} for {pf.board.id}", ["check", "ok", "detail"],
-                               [(c.name, "yes" if c.ok else "NO", c.detail) for c in pf.checks]))
+                               [(c.name, "NO" if not c.ok else "warn" if c.warning else "yes", c.detail)
+                                for c in pf.checks]))
         pf.raise_for_problems()
     finally:
         pf.close()
@@ -139,9 +140,8 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
     cfg.consoles.update(_console_pairs(consoles))
     rep = Reporter(quiet=as_json)
     with Records(cfg.database) as records:
-        if records.recovered:
-            rep.warn(f"marked {len(records.recovered)} attempt(s) interrupted by an earlier crash: "
-                     f"{', '.join(map(str, records.recovered))}")
+        for note in records.recovery_notes:  # attempts an earlier crash left open, settled at open
+            rep.warn(note)
         progress = LiveProgress(stderr, list(serials)) if not as_json else None
         if progress:
             with progress:

@@ -120,9 +120,13 @@ class Release:
         """
         problems: list[str] = []
         listed = set()
+        inside = self.bundle_dir.resolve()
         for art in self.artifacts:
             listed.add(art.path)
             p = self.bundle_dir / art.path
+            if not _is_within(inside, p.resolve()):       # absolute, '..' or a link out: never read it
+                problems.append(f"{art.path}: points outside the bundle")
+                continue
             if not p.is_file():
                 problems.append(f"{art.path}: missing from the bundle")
                 continue
@@ -135,7 +139,10 @@ class Release:
                 if digest != art.sha256:
                     problems.append(f"{art.path}: sha256 {digest[:12]}... != {art.sha256[:12]}... recorded")
         for rel in _bundle_files(self.bundle_dir):
-            if rel not in listed:
+            if not _is_within(inside, (self.bundle_dir / rel).resolve()):
+                if rel not in listed:
+                    problems.append(f"{rel}: points outside the bundle")
+            elif rel not in listed:
                 problems.append(f"{rel}: in the bundle but not in {RELEASE_JSON}")
         return problems
 
@@ -295,12 +302,14 @@ def _read_release_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_release(path: str | Path, *, extract_dir: Path | None = None) -> Release:
+def load_release(path: str | Path, *, extract_dir: Path | None = None, hash_files: bool = True) -> Release:
     """Open a release folder, a bundle folder or a ``.qcomflash.tar.gz``.
 
     For a tarball, ``extract_dir`` (created if needed) receives the contents; without it a
     temporary folder is used and removed by :meth:`Release.close`. A bundle folder that sits
-    inside a release (``<release>/flash/<bundle>/``) is opened as that release.
+    inside a release (``<release>/flash/<bundle>/``) is opened as that release. A bundle without
+    ``release.json`` gets its artifact list computed; ``hash_files=False`` lists sizes only and
+    leaves ``sha256`` empty, so a 100 GiB sparse rootfs is not read (``station preflight --no-hash``).
     """
     p = Path(path).expanduser()
     if not p.exists():
@@ -327,7 +336,7 @@ def load_release(path: str | Path, *, extract_dir: Path | None = None) -> Releas
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
-        rel = _bare_release(bundle, p)
+        rel = _bare_release(bundle, p, hash_files=hash_files)
         rel.tmpdir = tmp
         return rel
     if (p / RELEASE_JSON).is_file():
@@ -347,15 +356,16 @@ def load_release(path: str | Path, *, extract_dir: Path | None = None) -> Releas
     if not any(p.glob("rawprogram*.xml")):
         raise ArtifactError(f"{p}: neither a release folder (no release.json) nor a flash bundle "
                             "(no rawprogram*.xml)", "pass <out>/<release-id>/ or the unpacked qcomflash folder")
-    return _bare_release(p, p)
+    return _bare_release(p, p, hash_files=hash_files)
 
 
-def _bare_release(bundle: Path, origin: Path) -> Release:
+def _bare_release(bundle: Path, origin: Path, *, hash_files: bool = True) -> Release:
     """A Release for a bundle without release.json: facts inferred from the name, hashes computed."""
     image, machine, board = _split_bundle_name(bundle.name)
     if machine is None and origin.is_file():
         image, machine, board = _split_bundle_name(origin.name)
-    artifacts = hash_bundle(bundle)
+    artifacts = hash_bundle(bundle) if hash_files else [
+        Artifact(rel, "", (bundle / rel).stat().st_size) for rel in _bundle_files(bundle)]
     data = {
         "format": FORMAT, "release": None, "board": board, "machine": machine, "image": image,
         "qairt": [], "runtimes": [], "models": [], "bundle": bundle.name,

@@ -72,8 +72,8 @@ def test_malformed_xml_names_line_and_attribute(bundle_copy):
     idx = next(i for i, ln in enumerate(lines) if 'label="tz_a"' in ln)
     lines[idx] = lines[idx].replace(' physical_partition_number="4"', "")
     raw.write_text("\n".join(lines) + "\n")
-    assert _problems(bundle_copy)["xml"] == f"rawprogram4.xml:{idx + 1}: <program> is missing attribute " \
-                                            "physical_partition_number"
+    assert _problems(bundle_copy)["xml"] == f'rawprogram4.xml:{idx + 1}: <program label="tz_a"> is missing ' \
+                                            "attribute physical_partition_number"
     raw.write_text("<data>\n<program label='x'\n</data>\n")
     assert _problems(bundle_copy)["xml"].startswith("rawprogram4.xml:3: malformed XML")
 
@@ -109,10 +109,19 @@ def test_checksum_mismatch_in_release(release_8275, tmp_path):
 def test_cli_preflight_exit_codes(release_8275, bundle_copy, capsys):
     assert main(["station", "preflight", str(release_8275), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
-    assert main(["station", "preflight", str(release_8275), "--board", "iq-9075-evk"]) == 2
+    # checked and unfit: exit 1 (README: "1 checked and unfit")
+    assert main(["station", "preflight", str(release_8275), "--board", "iq-9075-evk"]) == 1
     err = capsys.readouterr().err
     assert "preflight failed for gemma4-e2b-iq8275-2026.11 on iq-9075-evk: release is for iq-8275-evk" in err
     assert "nothing was flashed" in err
+    (bundle_copy / "cdt.bin").unlink()
+    assert main(["station", "preflight", str(bundle_copy), "--board", "iq-8275-evk"]) == 1
+    assert "missing: cdt.bin" in capsys.readouterr().err
+    # could not read it: exit 2
+    assert main(["station", "preflight", str(bundle_copy / "nope"), "--board", "iq-8275-evk"]) == 2
+    (bundle_copy / "rawprogram2.xml").write_text("<data>\n<program label='x'\n</data>\n")
+    assert main(["station", "preflight", str(bundle_copy), "--board", "iq-8275-evk"]) == 2
+    assert "rawprogram2.xml:3: malformed XML" in capsys.readouterr().err
 
 
 def test_flash_refuses_bad_bundle_before_touching_boards(station, bundle_copy):
