@@ -3,10 +3,15 @@
 One small helper so every runner streams output the same way: each line goes to a parser
 callback and to a log file, nothing is ever passed through a shell, and a timeout kills the
 whole process group (qdl, for one, waits forever for a missing device).
+
+A child that must not outlive us (qdl: an orphan keeps writing the board and holds its USB
+interface) is started with a parent-death signal, and :func:`start_id` names a process by pid
+*and* start time so a later run can tell a survivor from an unrelated process that reused the pid.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -28,6 +33,49 @@ class Result:
     timed_out: bool = False
     tail: tuple[str, ...] = ()
     stopped: bool = False       # ended (or never started) because the caller's stop event was set
+    log_error: str | None = None  # the log could not be written (e.g. a full disk); the run went on
+
+
+#: prctl(2) option: the signal the kernel sends a process when the thread that forked it exits.
+_PR_SET_PDEATHSIG = 1
+
+
+def _death_signal_setter() -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child get SIGKILL when its parent thread dies.
+
+    prctl(2): the setting survives execve() of an ordinary binary (a ``#!/bin/sh`` wrapper that
+    ``exec``s qdl keeps it) but is cleared for a set-user-ID binary or one with file
+    capabilities - the station's next start covers that case (see station records). libc is
+    looked up here, in the parent, so the forked child only makes one system call.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def setter() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return setter
+
+
+def start_id(pid: int) -> str | None:
+    """``<boot id>:<start time in clock ticks>`` of a running process, None if there is none.
+
+    proc(5): field 22 of ``/proc/<pid>/stat`` is the start time after boot; the boot id makes it
+    unique across reboots. A pid alone may have been reused by the time someone checks it. A
+    zombie (state Z/X, field 3) counts as gone: it has closed its files and holds no device.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    # comm (field 2) is in parentheses and may itself contain spaces or ')'
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return f"{boot}:{fields[19]}"
 
 
 def which(program: str, what: str, hint: str) -> str:
@@ -48,6 +96,8 @@ def run_streaming(
     timeout_s: float | None = None,
     tail_lines: int = 40,
     stop: threading.Event | None = None,
+    die_with_parent: bool = False,
+    on_start: Callable[[int], None] | None = None,
 ) -> Result:
     """Run ``argv``, feeding each output line (stdout+stderr merged) to ``on_line``.
 
@@ -55,24 +105,44 @@ def run_streaming(
     ``stop`` is how another thread ends the run (Ctrl-C arrives in the main thread only): set
     before the start, nothing is started; set later, the process group is terminated. Returns the
     exit status and the last ``tail_lines`` lines for error messages.
+
+    ``die_with_parent``: the kernel SIGKILLs the child if this thread dies (kill -9 of us
+    included). ``on_start(pid)`` is called once the child runs. A log that cannot be written
+    (full disk) stops being written, but the child keeps being read to its end: the child's
+    work (a board being flashed) matters more than its log, and the caller gets ``log_error``.
     """
     argv = [str(a) for a in argv]
     start = time.monotonic()
     tail: list[str] = []
     if stop is not None and stop.is_set():
         return Result(argv, -signal.SIGTERM, 0.0, stopped=True)
-    log = open(log_path, "a", encoding="utf-8", errors="replace") if log_path else None  # noqa: SIM115
+    log_error: str | None = None
+    log = None
+    if log_path:
+        try:
+            log = open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+        except OSError as exc:
+            log_error = f"{log_path}: {exc.strerror}"
     try:
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
             text=True, encoding="utf-8", errors="replace", bufsize=1,
+            preexec_fn=_death_signal_setter() if die_with_parent else None,  # noqa: PLW1509 - one syscall
         )
     except OSError as exc:
         if log:
-            log.close()
+            _close_quietly(log)
         raise UserError(f"cannot run {argv[0]}: {exc.strerror}", "check that it is installed and executable") \
             from exc
+    if on_start:
+        try:
+            on_start(proc.pid)
+        except BaseException:
+            _terminate(proc)
+            if log:
+                _close_quietly(log)
+            raise
     timed_out = threading.Event()
 
     def _kill() -> None:
@@ -98,8 +168,13 @@ def run_streaming(
         for raw in proc.stdout:
             line = raw.rstrip("\n")
             if log:
-                log.write(raw if raw.endswith("\n") else raw + "\n")
-                log.flush()
+                try:
+                    log.write(raw if raw.endswith("\n") else raw + "\n")
+                    log.flush()
+                except OSError as exc:
+                    log_error = f"{log_path}: {exc.strerror}"
+                    _close_quietly(log)
+                    log = None
             tail.append(line)
             if len(tail) > tail_lines:
                 del tail[0]
@@ -113,9 +188,17 @@ def run_streaming(
         if timer:
             timer.cancel()
         if log:
-            log.close()
+            _close_quietly(log)
     return Result(argv, proc.returncode, time.monotonic() - start, timed_out.is_set(), tuple(tail),
-                  stopped.is_set())
+                  stopped.is_set(), log_error)
+
+
+def _close_quietly(f: object) -> None:
+    """Close a log file whose buffered tail may no longer fit on its disk."""
+    try:
+        f.close()  # type: ignore[attr-defined]
+    except OSError:
+        pass
 
 
 def _terminate(proc: subprocess.Popen) -> None:

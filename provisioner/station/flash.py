@@ -23,7 +23,7 @@ from provisioner.station.bundle import Preflight, preflight
 from provisioner.station.config import StationConfig
 from provisioner.station.console import ConsoleDriver
 from provisioner.station.qdl import QDL_HINT, QdlDriver, QdlInfo, detect_qdl
-from provisioner.station.records import FAILED, INTERRUPTED, PASSED, Records
+from provisioner.station.records import FAILED, INTERRUPTED, PASSED, Records, is_no_space, no_space_error, require_space
 from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashSettings, Listener, StepEvent
 
 
@@ -100,6 +100,7 @@ class BoardResult:
     log_path: str
     identity: dict[str, Any] | None = None
     attempt_id: int | None = None
+    log_error: str | None = None     # the qdl log could not be written completely (full disk)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__) | {"duration_s": round(self.duration_s, 3)}
@@ -127,7 +128,11 @@ class FlashRun:
 
 
 class RecordsListener:
-    """Feeds step events into the station database (progress events are not stored)."""
+    """Feeds step events into the station database (progress events are not stored).
+
+    A full disk does not stop a board that is being flashed: the event is dropped, the records
+    keep the error (:attr:`Records.space_error`) and the run reports it once every board is done.
+    """
 
     def __init__(self, records: Records, attempts: dict[str, int]) -> None:
         self.records = records
@@ -137,10 +142,16 @@ class RecordsListener:
         aid = self.attempts.get(ev.serial)
         if aid is None or ev.kind == "progress":
             return
-        if ev.kind == "state":
-            self.records.set_state(aid, ev.detail["state"])
-        else:
-            self.records.add_event(aid, ev.step, ev.kind, duration_s=ev.duration_s, detail=ev.detail or None)
+        try:
+            if ev.kind == "state":
+                self.records.set_state(aid, ev.detail["state"])
+            elif ev.kind == "process":
+                self.records.set_qdl_process(aid, ev.detail["pid"], ev.detail.get("start"))
+            else:
+                self.records.add_event(aid, ev.step, ev.kind, duration_s=ev.duration_s, detail=ev.detail or None)
+        except StationError:
+            if self.records.space_error is None:
+                raise
 
 
 def select_targets(config: StationConfig, board_id: str, *, serials: list[str] | None, all_boards: bool
@@ -243,7 +254,14 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
     visible = len([d for d in edl.scan_edl(config.sysfs_root) if d.mode == "edl"])
     serial_select = check_qdl_for(info, targets, allow_old_qdl=allow_old_qdl, visible=visible)
     log_dir = Path(config.log_dir) / time.strftime("%Y%m%d-%H%M%S") / pf.release_id
-    log_dir.mkdir(parents=True, exist_ok=True)
+    require_space(config.log_dir, "per-board log folder")
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if is_no_space(exc, log_dir):
+            raise no_space_error(log_dir, "per-board log folder") from None
+        raise StationError(f"cannot create the log folder {log_dir}: {exc.strerror}",
+                           "set log_dir: in station.yaml to a writable folder") from None
     settings = FlashSettings(preflight=pf, qdl=QdlDriver(info, storage=pf.board.storage_type.lower()),
                              sysfs_root=Path(config.sysfs_root), log_dir=log_dir, slots=config.slots,
                              credential=config.credential, baudrate=config.baudrate, timeout_s=timeout_s,
@@ -264,29 +282,45 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
     stop = stop or threading.Event()
     goal = "verified" if boot_check else "flashed"
 
+    unrecorded: dict[str, str] = {}   # serial -> where its outcome is, when the database missed it
+
     def work(t: BoardTarget) -> BoardResult:
         strat = BoardStrategy(t, settings, listeners, stop)
         b0 = time.monotonic()
         try:
+            if records is not None and records.space_error is not None:
+                # the records disk is full: do not start a board whose outcome could not be kept
+                raise StationError(f"board {t.serial} not flashed: {records.space_error.message}")
             strat.transition(goal)
             ok, error = True, None
         except UserError as exc:
             ok, error = False, strat.error or str(exc)
+        except OSError as exc:
+            if not is_no_space(exc, getattr(exc, "filename", None) or log_dir):
+                raise
+            ok, error = False, str(no_space_error(exc.filename or log_dir, "station file"))
+            strat.state = "failed"
         except Exception as exc:  # a bug in one worker must not lose the other boards' records
             ok, error = False, f"internal error: {type(exc).__name__}: {exc}"
             strat.state = "failed"
         aid = attempts.get(t.serial)
         if records is not None and aid is not None:
             result = PASSED if ok else (INTERRUPTED if stop.is_set() else FAILED)
-            records.finish_attempt(aid, result, error="interrupted by the operator" if result == INTERRUPTED
-                                   else error, identity=strat.identity)
-            if strat.identity:
-                address = config.addresses.get(t.serial) or strat.identity.get("ip")
-                records.set_identity(t.serial, strat.identity, address)
+            try:
+                if not records.finish_attempt(aid, result, error="interrupted by the operator"
+                                              if result == INTERRUPTED else error, identity=strat.identity):
+                    unrecorded[t.serial] = f"in {strat.log_path}, recorded at the next start"
+                if strat.identity:
+                    address = config.addresses.get(t.serial) or strat.identity.get("ip")
+                    records.set_identity(t.serial, strat.identity, address)
+            except StationError:
+                if records.space_error is None:
+                    raise
+                unrecorded.setdefault(t.serial, "not recorded anywhere")
         pr = strat.progress
         rate = max(pr.rates) if pr and pr.rates else None
         return BoardResult(t.serial, t.slot, t.port, strat.state, ok, error, time.monotonic() - b0, strat.tries,
-                           rate, str(strat.log_path), strat.identity, aid)
+                           rate, str(strat.log_path), strat.identity, aid, strat.log_error)
 
     workers = max(1, min(jobs or len(targets), len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flash") as pool:
@@ -299,4 +333,22 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
             _stop_children(info.path)
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    return FlashRun(pf.release_id, pf.board.id, info, results, time.monotonic() - t0)
+    run = FlashRun(pf.release_id, pf.board.id, info, results, time.monotonic() - t0)
+    full = records.space_error if records is not None else None
+    log_errors = [r.serial for r in results if r.log_error]
+    if full is not None or log_errors:
+        raise _storage_failure(run, full, unrecorded, log_errors, log_dir)
+    return run
+
+
+def _storage_failure(run: FlashRun, full: StationError | None, unrecorded: dict[str, str],
+                     log_errors: list[str], log_dir: Path) -> StationError:
+    """One line for a run that met a full disk: which filesystem, and what became of every board."""
+    outcomes = []
+    for r in run.results:
+        how = unrecorded.get(r.serial, "recorded")
+        if r.serial in log_errors:
+            how += ", qdl log incomplete"
+        outcomes.append(f"{r.serial} {'passed' if r.ok else 'failed'} ({how})")
+    first = full or no_space_error(log_dir, "per-board log")
+    return StationError(f"{first.message}; {'; '.join(outcomes)}", first.hint)

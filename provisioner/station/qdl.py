@@ -205,6 +205,7 @@ class FlashOutcome:
     transient: bool
     error: str | None
     progress: QdlProgress
+    log_error: str | None = None   # the per-board log could not be written (full disk); qdl ran on
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "returncode": self.returncode, "duration_s": round(self.duration_s, 3),
@@ -222,7 +223,13 @@ class QdlDriver:
     def flash(self, args: list[str], *, serial: str | None, planned: list[str], log_path: Path | None,
               timeout_s: float, include: Path | None = None,
               on_progress: Callable[[QdlProgress], None] | None = None,
-              stop: threading.Event | None = None) -> FlashOutcome:
+              stop: threading.Event | None = None,
+              on_start: Callable[[int], None] | None = None) -> FlashOutcome:
+        """Run qdl to its end; ``on_start(pid)`` once it runs (the station records who holds the board).
+
+        qdl dies with the calling thread (parent-death signal): an orphan would keep writing the
+        board and hold its USB interface, so the next flash of that board fails "Resource busy".
+        """
         argv = qdl_argv(self.info, args, serial=serial, storage=self.storage, include=include)
         progress = QdlProgress(planned=list(planned))
 
@@ -230,11 +237,16 @@ class QdlDriver:
             if progress.feed(line) and on_progress:
                 on_progress(progress)
 
+        header_error = None
         if log_path:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(log_path, "a", encoding="utf-8") as log:
-                log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n")
-        res = run_streaming(argv, on_line=on_line, log_path=log_path, timeout_s=timeout_s, stop=stop)
+            try:
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(log_path, "a", encoding="utf-8") as log:
+                    log.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n")
+            except OSError as exc:  # a full log disk must not stop the flash; the caller reports it
+                header_error = f"{log_path}: {exc.strerror}"
+        res = run_streaming(argv, on_line=on_line, log_path=log_path, timeout_s=timeout_s, stop=stop,
+                            die_with_parent=True, on_start=on_start)
         ok = res.returncode == 0 and not res.timed_out and not res.stopped
         error = None
         if res.stopped:
@@ -249,4 +261,4 @@ class QdlDriver:
             cause = progress.transient_error or last
             error = f"qdl exited {res.returncode}: {cause}" + (f" ({last})" if cause != last else "")
         return FlashOutcome(ok, res.returncode, res.duration_s, res.timed_out, progress.transient and not ok,
-                            error, progress)
+                            error, progress, res.log_error or header_error)

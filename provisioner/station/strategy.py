@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import StationError, UserError
+from provisioner.process import start_id
 from provisioner.station import edl
 from provisioner.station.bundle import Preflight
 from provisioner.station.config import Credential
@@ -35,7 +36,7 @@ class StepEvent:
 
     serial: str
     step: str            # edl | flash | boot | verify | state
-    kind: str            # start | stop | error | progress | retry | state
+    kind: str            # start | stop | error | progress | retry | state | process (qdl pid + start id)
     ts: float = field(default_factory=time.time)
     duration_s: float | None = None
     detail: dict[str, Any] = field(default_factory=dict)
@@ -94,6 +95,7 @@ class BoardStrategy:
         self.identity: dict[str, Any] | None = None
         self.boot_log: Path | None = None
         self.progress: QdlProgress | None = None
+        self.log_error: str | None = None   # the per-board log could not be written (full disk)
         self._capture: tuple[ConsoleDriver, threading.Event, threading.Thread] | None = None
         safe = target.serial
         self.log_path = settings.log_dir / f"{safe}-qdl.log"
@@ -209,10 +211,18 @@ class BoardStrategy:
                 self.emit("flash", "progress", phase=pr.phase, partition=pr.current, done=len(pr.written),
                           total=len(planned), rate_kbs=pr.rate_kbs, attempt=self.tries)
 
+            def on_start(pid: int) -> None:
+                # who holds the board now: a station start after a crash ends this qdl if it survived
+                self.emit("flash", "process", pid=pid, start=start_id(pid))
+
             outcome = self.s.qdl.flash(pf.qdl_args(), serial=self.target.serial if self.s.serial_select else None,
                                        planned=planned, log_path=self.log_path, timeout_s=self.s.timeout_s,
-                                       include=pf.bundle_dir, on_progress=on_progress, stop=self.stop)
+                                       include=pf.bundle_dir, on_progress=on_progress, stop=self.stop,
+                                       on_start=on_start)
             self.progress = outcome.progress
+            if outcome.log_error:
+                self.log_error = self.log_error or outcome.log_error
+                self.emit("flash", "progress", warning=f"qdl log not written: {outcome.log_error}")
             if outcome.ok:
                 if outcome.progress.warnings:
                     self.emit("flash", "progress", warnings=outcome.progress.warnings)
