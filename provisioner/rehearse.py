@@ -297,11 +297,13 @@ class Rehearsal:
 
         out = []
         for lane in self.lanes:
-            bundle = make_bundle(lane.manifest, self.work / "bundles" / lane.manifest.release,
-                                 model_files=lane.model_files)
             kas_dir = self.work / "render" / lane.manifest.release
+            kas_files = sorted(kas_dir.glob("*.yml"))
+            # the virtual image's /etc/os-release follows these files, as a real build's would
+            bundle = make_bundle(lane.manifest, self.work / "bundles" / lane.manifest.release,
+                                 model_files=lane.model_files, kas_files=kas_files)
             lane.release_dir = write_release(lane.manifest, bundle, self.work / "releases",
-                                             kas_files=sorted(kas_dir.glob("*.yml")), simulated=True,
+                                             kas_files=kas_files, simulated=True,
                                              build_info={"host": "rehearsal", "duration_s": 0, "sstate": None})
             out.append(f"{lane.release_dir.name}")
         return "release dirs: " + ", ".join(out)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -26,6 +27,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from provisioner import catalog, layout
 from provisioner.artifacts.hashing import sha256_file
@@ -187,6 +190,70 @@ def _write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
 
 
 
+# ---------------------------------------------------------------------------------------------- os-release
+# The simulated meta-qcom checkout: the local_conf_header entry of its ci/base.yml (qualcomm-linux/meta-qcom
+# @ ef0004df) that decides /etc/os-release - the only place BUILD_ID joins OS_RELEASE_FIELDS.
+# tests/sim/test_bundle.py checks it against the real file.
+META_QCOM_LOCAL_CONF = {"os-release": 'OS_RELEASE_FIELDS:append = " BUILD_ID"\nBUILD_ID ?= "local-${DATETIME}"\n'}
+# openembedded-core @ 06dd66e6 meta/recipes-core/os-release/os-release.bb: its own field list (no BUILD_ID;
+# the recipe assigns it with '=', so only :append/:remove from local.conf survive), the unquoted fields,
+# and BUILD_ID ?= "${DATETIME}". Fields without a value are skipped, like the recipe does.
+OS_RELEASE_FIELDS = ("ID", "ID_LIKE", "NAME", "VERSION", "VERSION_ID", "VERSION_CODENAME", "PRETTY_NAME",
+                     "CPE_NAME")
+OS_RELEASE_UNQUOTED = ("ID", "VERSION_ID", "VARIANT_ID")
+DISTRO_VALUES = {"ID": "qcom-distro", "NAME": "Qualcomm Linux", "VERSION": "2.0 (wrynose)", "VERSION_ID": "2.0",
+                 "PRETTY_NAME": "Qualcomm Linux 2.0", "CPE_NAME": "cpe:/o:openembedded:qcom-distro:2.0"}
+SIM_DATETIME = "20260101000000"     # what ${DATETIME} expands to on a virtual build (fixed: reproducible)
+_ASSIGN = re.compile(r'^(OS_RELEASE_FIELDS|BUILD_ID)(:append|:prepend|:remove)?\s*(\?\?=|\?=|\+=|\.=|=)\s*"(.*)"$')
+
+
+def kas_local_conf(kas_files: list[Path] | None, release: str) -> str:
+    """The local_conf_header text kas would write for ``kas_files`` (entries merged by key, sorted by key).
+
+    A file including anything from repo meta-qcom brings in :data:`META_QCOM_LOCAL_CONF` first.
+    Without kas files (callers that only want a bootable image) the configuration is assumed to be
+    meta-qcom's plus ``BUILD_ID = "<release>"``.
+    """
+    entries: dict[str, str] = {}
+    if kas_files is None:
+        entries = {**META_QCOM_LOCAL_CONF, "release": f'BUILD_ID = "{release}"\n'}
+    for f in kas_files or []:
+        data = yaml.safe_load(Path(f).read_text(encoding="utf-8")) or {}
+        includes = (data.get("header") or {}).get("includes") or []
+        if any(isinstance(i, dict) and i.get("repo") == "meta-qcom" for i in includes):
+            entries = {**META_QCOM_LOCAL_CONF, **entries}
+        entries.update(data.get("local_conf_header") or {})
+    return "".join(f"# {k}\n{entries[k]}\n" for k in sorted(entries))
+
+
+def os_release_text(local_conf: str) -> str:
+    """/etc/os-release as os-release.bb would write it after ``local_conf`` (two variables evaluated)."""
+    fields = list(OS_RELEASE_FIELDS)
+    build_id: str | None = None
+    appended: list[str] = []
+    removed: set[str] = set()
+    for line in local_conf.splitlines():
+        m = _ASSIGN.match(line.strip())
+        if not m:
+            continue
+        var, op, assign, value = m.groups()
+        if var == "OS_RELEASE_FIELDS":
+            if op == ":remove":
+                removed.update(value.split())
+            elif op in (":append", ":prepend") or assign in ("+=", ".="):
+                appended += value.split()
+        elif op is None and (assign == "=" or (assign in ("?=", "??=") and build_id is None)):
+            build_id = value
+    fields = [f for f in fields + appended if f not in removed]
+    values = {**DISTRO_VALUES, "BUILD_ID": (build_id or "${DATETIME}").replace("${DATETIME}", SIM_DATETIME)}
+    out = []
+    for field in fields:
+        value = values.get(field)
+        if value:
+            out.append(f"{field}={value}" if field in OS_RELEASE_UNQUOTED else f'{field}="{value}"')
+    return "\n".join(out) + "\n"
+
+
 def _memlock_lines(memlock: str) -> tuple[str, str]:
     value = str(memlock)
     limits = "infinity" if value == "unlimited" else str(int(value) * 1024)
@@ -197,16 +264,18 @@ def _memlock_lines(memlock: str) -> tuple[str, str]:
             f"[Manager]\nDefaultLimitMEMLOCK={limits}\n")
 
 
-def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path]) -> dict[str, Any]:
-    """Populate ``tree`` with what the meta-edge-llm image installs; returns release.json data."""
+def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
+                      kas_files: list[Path] | None = None) -> dict[str, Any]:
+    """Populate ``tree`` with what the meta-edge-llm image installs; returns release.json data.
+
+    ``kas_files`` are the release's rendered kas files: /etc/os-release gets what they (with the
+    simulated meta-qcom) would put there, see :func:`kas_local_conf`.
+    """
     board: catalog.Board = manifest.board
     image = manifest.image
     user = image.inference_user
     rel = catalog.release(manifest.qli)
-    _write(tree, layout.OS_RELEASE,
-           'NAME="Qualcomm Linux"\nVERSION="2.0 (wrynose)"\nID=qcom-distro\nVERSION_ID="2.0"\n'
-           'PRETTY_NAME="Qualcomm Linux 2.0"\nHOME_URL="https://github.com/qualcomm-linux"\n'
-           f'BUILD_ID="{manifest.release}"\n')
+    _write(tree, layout.OS_RELEASE, os_release_text(kas_local_conf(kas_files, manifest.release)))
     _write(tree, "/etc/issue", "Qualcomm Linux 2.0 \\n \\l\n\n")
     _write(tree, layout.ISSUE_SNIPPET, layout.ISSUE_TEXT)
     # production: root's password field is '*' (no password matches; SSH keys still work)
@@ -319,8 +388,10 @@ def make_ext4(tree: Path, out: Path, *, label: str = "rootfs", fs_uuid: str | No
 
 # ---------------------------------------------------------------------------------------------- bundle
 def make_bundle(manifest: Any, out_dir: Path | str, *, model_files: dict[str, Path] | None = None,
-                image: str = DEFAULT_IMAGE) -> Path:
+                image: str = DEFAULT_IMAGE, kas_files: list[Path] | None = None) -> Path:
     """Write ``<out_dir>/<image>-<machine>/`` for ``manifest`` and return that folder.
+
+    ``kas_files``: the rendered kas files the release carries (see :func:`build_rootfs_tree`).
 
     The folder is assembled under a temporary name and renamed into place, so a half-written
     bundle never exists under the final name.
@@ -334,7 +405,8 @@ def make_bundle(manifest: Any, out_dir: Path | str, *, model_files: dict[str, Pa
     stage.chmod(0o755)
     try:
         with tempfile.TemporaryDirectory(prefix="rootfs-tree.", dir=out_dir) as tree:
-            release = build_rootfs_tree(manifest, Path(tree), {k: Path(v) for k, v in (model_files or {}).items()})
+            release = build_rootfs_tree(manifest, Path(tree), {k: Path(v) for k, v in (model_files or {}).items()},
+                                        kas_files)
             seed = uuid.uuid5(uuid.NAMESPACE_URL, f"edge-llm/{manifest.release}/{board.id}")
             make_ext4(Path(tree), stage / "rootfs.img", fs_uuid=str(seed))
         files = {

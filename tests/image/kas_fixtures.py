@@ -19,6 +19,16 @@ from pathlib import Path
 # ../shared/realworld next to the repo root (CI has them there)
 META_QCOM_CI = Path(__file__).resolve().parents[2].parent / "shared" / "realworld" / "kas" / "meta-qcom-ef0004df" / "ci"
 
+
+def meta_qcom_ci() -> Path:
+    """META_QCOM_CI, or a test failure (not a skip: CI always has ../shared/realworld)."""
+    if not META_QCOM_CI.is_dir():
+        import pytest
+
+        pytest.fail(f"{META_QCOM_CI} is missing: these tests need ../shared/realworld next to the repo root")
+    return META_QCOM_CI
+
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "fixture", "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
     "GIT_COMMITTER_NAME": "fixture", "GIT_COMMITTER_EMAIL": "fixture@example.invalid",

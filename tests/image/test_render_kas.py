@@ -21,15 +21,14 @@ from tests.image.kas_fixtures import (
     QCOM_DISTRO_YML,
     build_qli_fixture,
     git,
+    meta_qcom_ci,
     write_manifest,
 )
 
 
 @pytest.fixture
 def realworld_ci() -> Path:
-    if not META_QCOM_CI.is_dir():
-        pytest.fail(f"{META_QCOM_CI} is missing: these tests need ../shared/realworld next to the repo root")
-    return META_QCOM_CI
+    return meta_qcom_ci()
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,64 @@ def test_rootfs_is_ext4_with_the_layout_contract(bundle):
     assert b"qcom_scm.download_mode=1" in _debugfs_cat(img, "/etc/kernel/cmdline")
     assert b"fastrpc:x:" in _debugfs_cat(img, "/etc/group")
     assert b"[Service]" in _debugfs_cat(img, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}")
+
+
+# ---------------------------------------------------------------------------------------------- os-release
+def _render_kas(tmp_path, release="rel-osr"):
+    from provisioner.image.render import MAIN_FILE, render
+    from provisioner.manifest import load_manifest
+    from tests.image.kas_fixtures import write_manifest
+
+    out = tmp_path / "render"
+    render(load_manifest(write_manifest(tmp_path / "m.yaml", release=release)), out)
+    return out / MAIN_FILE
+
+
+def _virtual_os_release(tmp_path, kas_files):
+    from provisioner.manifest import load_manifest
+    from provisioner.sim.bundle import build_rootfs_tree
+    from provisioner.sim.synthetic_models import make_litertlm
+    from tests.image.kas_fixtures import write_manifest
+
+    model = make_litertlm(tmp_path / "gemma.litertlm")
+    m = load_manifest(write_manifest(tmp_path / "m.yaml", release="rel-osr", models=[
+        {"name": "gemma-4-e2b", "kind": "litertlm", "path": str(model), "qairt": "2.44.0.260225"}]))
+    tree = tmp_path / "tree"
+    build_rootfs_tree(m, tree, {"gemma-4-e2b": model}, kas_files)
+    return dict(ln.split("=", 1) for ln in (tree / layout.OS_RELEASE.lstrip("/")).read_text().splitlines())
+
+
+def test_virtual_os_release_follows_the_rendered_kas_files(tmp_path):
+    osr = _virtual_os_release(tmp_path, [_render_kas(tmp_path)])
+    assert osr["BUILD_ID"] == '"rel-osr"' and osr["ID"] == "qcom-distro"
+
+
+def test_no_build_id_in_os_release_fields_means_no_build_id_on_the_virtual_board(tmp_path):
+    """A kas file whose entry replaces meta-qcom's 'os-release' (kas merges by key): BUILD_ID is gone."""
+    import yaml
+
+    top = _render_kas(tmp_path)
+    cfg = yaml.safe_load(top.read_text())
+    cfg["local_conf_header"]["os-release"] = 'BUILD_ID = "rel-osr"\n'
+    top.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    osr = _virtual_os_release(tmp_path, [top])
+    assert "BUILD_ID" not in osr and osr["ID"] == "qcom-distro"
+
+
+def test_simulated_meta_qcom_entry_is_the_real_base_yml_one(realworld_ci):
+    """The simulator's stand-in for meta-qcom ci/base.yml @ ef0004df says what the real file says."""
+    import yaml
+
+    from provisioner.sim.bundle import META_QCOM_LOCAL_CONF
+
+    real = yaml.safe_load((realworld_ci / "base.yml").read_text())["local_conf_header"]
+    for key, text in META_QCOM_LOCAL_CONF.items():
+        lines = [ln.strip() for ln in real[key].splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        assert lines == text.splitlines()
+
+
+@pytest.fixture
+def realworld_ci():
+    from tests.image.kas_fixtures import meta_qcom_ci
+
+    return meta_qcom_ci()
