@@ -8,10 +8,19 @@ and prints the manifest ``build:`` snippet the other hosts paste in.
 The HTTP mirror is read-only (GET/HEAD only: http.server answers 501 to anything else), and the
 hash server database lives on local disk, not beside an NFS sstate folder (sqlite over NFS
 corrupts).
+
+Safe by default: both servers listen on loopback unless ``--bind`` says otherwise. A writable hash
+server on the LAN lets anyone report a task hash equivalent to another and so make every build host
+reuse a wrong sstate object. With a LAN ``--bind`` the hash server there runs with
+bitbake-hashserv's ``--read-only`` ("Disallow write operations from clients", bitbake
+bin/bitbake-hashserv), and a second bitbake-hashserv on the same database takes reports only on
+``write_bind`` (loopback by default) for this host's own builds. Two processes on one database are
+what SQLite's WAL mode is for (bitbake lib/hashserv/sqlite.py sets ``journal_mode = WAL``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import socket
@@ -43,9 +52,30 @@ class _ReadOnlySstate(SimpleHTTPRequestHandler):
         super().send_response(code, message)
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def host_port(host: str, port: int) -> str:
+    """bitbake-hashserv's ADDRESS:PORT form (an IPv6 address in brackets)."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this host can reach (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass
 class CacheService:
-    """A running hash server + sstate HTTP mirror. ``stop()`` ends both."""
+    """A running hash server (+ a writer for this host when serving the LAN) and sstate HTTP mirror.
+
+    ``stop()`` ends all of them. ``write_port`` is None when no address accepts reports.
+    """
 
     sstate_dir: Path
     bind: str
@@ -53,7 +83,11 @@ class CacheService:
     hashserv_port: int
     advertise: str
     db: Path
+    read_only: bool = False
+    write_bind: str | None = None
+    write_port: int | None = None
     hashserv: subprocess.Popen | None = None
+    writer: subprocess.Popen | None = None
     http: ThreadingHTTPServer | None = None
     stats: dict[str, int] = field(default_factory=dict)
     _thread: threading.Thread | None = None
@@ -62,6 +96,19 @@ class CacheService:
     def log(self) -> Path:
         """bitbake-hashserv's output, beside its database."""
         return self.db.with_suffix(".log")
+
+    @property
+    def write_log(self) -> Path:
+        """The writer's output (only with a separate write address)."""
+        return self.db.with_suffix(".write.log")
+
+    @property
+    def write_hashserve(self) -> str | None:
+        """The address this host's own builds report new hashes to (None: nobody may)."""
+        if self.write_port is None or self.write_bind is None:
+            return None
+        host = LOOPBACK if self.write_bind in ("", "0.0.0.0") else self.write_bind
+        return host_port(host, self.write_port)
 
     @property
     def mirror_url(self) -> str:
@@ -78,8 +125,10 @@ class CacheService:
                 f"  hashserve: {self.hashserve}\n")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"sstate_dir": str(self.sstate_dir), "http_port": self.http_port, "hashserv_port": self.hashserv_port,
-                "db": str(self.db), "build": {"sstate_mirrors": [self.mirror_url], "hashserve": self.hashserve},
+        return {"sstate_dir": str(self.sstate_dir), "bind": self.bind, "http_port": self.http_port,
+                "hashserv_port": self.hashserv_port, "hashserv_read_only": self.read_only,
+                "write_hashserve": self.write_hashserve, "db": str(self.db),
+                "build": {"sstate_mirrors": [self.mirror_url], "hashserve": self.hashserve},
                 "snippet": self.snippet()}
 
     def stop(self) -> None:
@@ -89,14 +138,24 @@ class CacheService:
                 self._thread = None
             self.http.server_close()
             self.http = None
-        if self.hashserv is not None and self.hashserv.poll() is None:
-            self.hashserv.terminate()
-            try:
-                self.hashserv.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.hashserv.kill()
-                self.hashserv.wait()
-        self.hashserv = None
+        for proc in (self.hashserv, self.writer):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.hashserv = self.writer = None
+
+    def alive(self) -> bool:
+        """Every hash server this service started still runs."""
+        procs = [self.hashserv] + ([self.writer] if self._separate_writer else [])
+        return all(p is not None and p.poll() is None for p in procs)
+
+    @property
+    def _separate_writer(self) -> bool:
+        return self.write_port is not None and self.write_port != self.hashserv_port
 
     def __enter__(self) -> CacheService:
         return self
@@ -148,12 +207,20 @@ def _wait_port(host: str, port: int, proc: subprocess.Popen, timeout_s: float, l
                      "check its output; is the port firewalled or taken?")
 
 
+def _start_hashserv(argv: list[str], log: Path, env: Mapping[str, str]) -> subprocess.Popen:
+    with open(log, "ab") as logf:
+        return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+
+
 def start_cache(
     sstate_dir: Path,
     *,
-    bind: str = "0.0.0.0",
+    bind: str = LOOPBACK,
     http_port: int = 8080,
     hashserv_port: int = 8686,
+    write_bind: str = LOOPBACK,
+    write_port: int | None = None,
     advertise: str | None = None,
     db: Path | None = None,
     hashserv_exe: Path | None = None,
@@ -164,20 +231,32 @@ def start_cache(
 ) -> CacheService:
     """Start ``bitbake-hashserv`` and the read-only HTTP sstate mirror; return the running service.
 
-    ``http_port`` 0 picks a free port (tests). The caller owns ``stop()``.
+    ``bind`` loopback (the default): one writable hash server only this host reaches. Any other
+    ``bind``: the hash server there is read-only and a second one on ``write_bind:write_port``
+    (default loopback, ``hashserv_port + 1``) takes this host's reports. ``read_only_hashserv``:
+    no address accepts reports. ``http_port`` 0 picks a free port (tests). The caller owns ``stop()``.
     """
     env = dict(os.environ if env is None else env)
     sstate_dir = Path(sstate_dir).expanduser().resolve()
     if not sstate_dir.is_dir():
         raise BuildError(f"sstate folder {sstate_dir} does not exist",
                          "pass --dir with the SSTATE_DIR of a host that has built (or create it)")
+    lan = not is_loopback(bind)
+    if lan and not read_only_hashserv:
+        write_port = hashserv_port + 1 if write_port is None else write_port
+        if write_port == hashserv_port:
+            raise BuildError(f"the write address {write_bind}:{write_port} uses the LAN hash server's port",
+                             "pick another --write-port (default: --hashserv-port + 1)")
+    else:
+        # loopback: the one server is this host's writer (unless everything is read-only)
+        write_bind, write_port = bind, (None if read_only_hashserv else hashserv_port)
     exe = hashserv_exe or find_hashserv(env)
     if db is None:
         state = Path(env.get("XDG_STATE_HOME") or Path(env.get("HOME", "~")).expanduser() / ".local" / "state")
         db = state / "edge-llm" / "hashserv.db"
     db = Path(db).expanduser().resolve()
     db.parent.mkdir(parents=True, exist_ok=True)
-    advertise = advertise or socket.getfqdn()
+    advertise = advertise or (socket.getfqdn() if lan else bind)
 
     stats: dict[str, int] = {}
     handler = type("Handler", (_ReadOnlySstate,), {"stats": stats})
@@ -186,18 +265,19 @@ def start_cache(
     except OSError as exc:
         raise BuildError(f"cannot serve sstate on {bind}:{http_port}: {exc.strerror}",
                          "pick another --port or stop what uses it") from exc
-    svc = CacheService(sstate_dir, bind, http.server_address[1], hashserv_port, advertise, db, http=http,
-                       stats=stats)
-    argv = [str(exe), "--bind", f"{bind}:{hashserv_port}", "--database", str(db)]
-    if read_only_hashserv:
-        argv.append("--read-only")
-    if upstream:
-        argv += ["--upstream", upstream]
+    read_only = lan or read_only_hashserv
+    svc = CacheService(sstate_dir, bind, http.server_address[1], hashserv_port, advertise, db, read_only=read_only,
+                       write_bind=write_bind, write_port=write_port, http=http, stats=stats)
+    common = ["--database", str(db)] + (["--upstream", upstream] if upstream else [])
     try:
-        with open(svc.log, "ab") as logf:
-            svc.hashserv = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env, start_new_session=True)
+        svc.hashserv = _start_hashserv([str(exe), "--bind", host_port(bind, hashserv_port), *common]
+                                       + (["--read-only"] if read_only else []), svc.log, env)
         _wait_port(bind, hashserv_port, svc.hashserv, start_timeout_s, svc.log)
+        if svc._separate_writer:
+            assert write_port is not None
+            svc.writer = _start_hashserv([str(exe), "--bind", host_port(write_bind, write_port), *common],
+                                         svc.write_log, env)
+            _wait_port(write_bind, write_port, svc.writer, start_timeout_s, svc.write_log)
     except BaseException:
         svc.stop()
         raise
@@ -212,9 +292,10 @@ def serve(sstate_dir: Path, *, on_ready: Any = None, **kwargs: Any) -> None:
     try:
         if on_ready:
             on_ready(svc)
-        while svc.hashserv is not None and svc.hashserv.poll() is None:
+        while svc.alive():
             time.sleep(0.5)
-        raise BuildError(f"bitbake-hashserv exited ({svc.hashserv.returncode if svc.hashserv else '?'})",
-                         "see its output above; restart `provisioner cache serve`")
+        codes = [p.returncode for p in (svc.hashserv, svc.writer) if p is not None and p.poll() is not None]
+        raise BuildError(f"bitbake-hashserv exited ({codes[0] if codes else '?'})",
+                         f"see its log ({svc.log}); restart `provisioner cache serve`")
     finally:
         svc.stop()

@@ -131,3 +131,63 @@ def test_cli_serve_prints_snippet_and_stops_on_ctrl_c(hs):
     assert proc.returncode == 130
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", hport), timeout=1).close()
+
+
+def _records(tmp: Path) -> list[list[str]]:
+    return [json.loads(ln) for ln in (tmp / "record.jsonl").read_text().splitlines()]
+
+
+def test_default_serves_this_host_only(hs):
+    """No --bind: mirror and hash server on loopback; the one hash server is this host's writer."""
+    tmp, exe, sstate = hs
+    port = free_port()
+    with C.start_cache(sstate, http_port=0, hashserv_port=port, db=tmp / "h.db", hashserv_exe=exe) as svc:
+        assert svc.http.server_address[0] == "127.0.0.1"
+        assert _records(tmp) == [["--bind", f"127.0.0.1:{port}", "--database", str(tmp / "h.db")]]
+        assert svc.hashserve == svc.write_hashserve == f"127.0.0.1:{port}"
+        assert yaml.safe_load(svc.snippet())["build"]["hashserve"] == f"127.0.0.1:{port}"
+
+
+def test_lan_bind_serves_hash_equivalence_read_only_and_writes_on_loopback(hs):
+    tmp, exe, sstate = hs
+    port, wport = free_port(), free_port()
+    db = tmp / "h.db"
+    with C.start_cache(sstate, bind="0.0.0.0", http_port=0, hashserv_port=port, write_port=wport,
+                       advertise="cache.lan", db=db, hashserv_exe=exe) as svc:
+        reader, writer = _records(tmp)
+        assert reader == ["--bind", f"0.0.0.0:{port}", "--database", str(db), "--read-only"]
+        assert writer == ["--bind", f"127.0.0.1:{wport}", "--database", str(db)]   # same database
+        assert svc.hashserve == f"cache.lan:{port}" and svc.write_hashserve == f"127.0.0.1:{wport}"
+        assert svc.as_dict()["hashserv_read_only"] is True
+        procs = (svc.hashserv, svc.writer)
+        assert svc.alive()
+    assert all(p.poll() is not None for p in procs)                   # both stopped with the service
+    # the write port defaults to the next one; the same port as the LAN server is refused
+    with pytest.raises(BuildError, match="uses the LAN hash server's port"):
+        C.start_cache(sstate, bind="0.0.0.0", http_port=0, hashserv_port=port, write_port=port,
+                      db=db, hashserv_exe=exe)
+    with C.start_cache(sstate, bind="0.0.0.0", http_port=0, hashserv_port=port, db=db, hashserv_exe=exe,
+                       read_only_hashserv=True) as svc:
+        assert svc.write_hashserve is None and svc.writer is None   # --read-only-hashserv: nobody writes
+
+
+def test_cli_lan_bind_prints_both_addresses(hs):
+    tmp, exe, sstate = hs
+    port, hport, wport = free_port(), free_port(), free_port()
+    env = dict(os.environ, PATH=f"{exe.parent}:{os.environ['PATH']}", HOME=str(tmp / "home"),
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]), COLUMNS="200")
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner", "cache", "serve", "--dir", str(sstate),
+                             "--bind", "0.0.0.0", "--port", str(port), "--hashserv-port", str(hport),
+                             "--write-port", str(wport), "--advertise", "buildhost1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "hashserve: buildhost1" not in out:
+            out += proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out += proc.communicate(timeout=30)[0]
+    assert f"hash equivalence for other hosts 0.0.0.0:{hport} (read-only" in out
+    assert f"hash equivalence for this host's builds 127.0.0.1:{wport} (read-write, this host only" in out
+    assert f"hashserve: buildhost1:{hport}" in out
