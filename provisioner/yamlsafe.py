@@ -4,7 +4,8 @@
 document (nine anchors, each a list of ten aliases to the previous one) composes 10^9 nodes,
 takes tens of seconds and gigabytes, then dies with MemoryError. None of our inputs need anchors
 or aliases, so the loader here refuses them at the first one, with its line and column, before
-anything is expanded. Syntax errors and absurd nesting become the same one-line error.
+anything is expanded. A key given twice (PyYAML keeps the last silently), syntax errors and absurd
+nesting become the same one-line error.
 """
 
 from __future__ import annotations
@@ -44,15 +45,33 @@ class _NoAliasLoader(yaml.SafeLoader):
                 isinstance(event, ScalarEvent | CollectionStartEvent) and event.anchor is not None):
             kind = "alias *" if isinstance(event, AliasEvent) else "anchor &"
             mark = event.start_mark
-            raise _Refused(f"YAML {kind}{event.anchor} is not accepted", mark)
+            raise _Refused(f"YAML {kind}{event.anchor} is not accepted", mark,
+                           "write the value out in full (anchors and aliases are refused)")
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: ANN401 - PyYAML's signature
+        """Refuse a key given twice: PyYAML keeps the last one silently (``image:`` twice loses the first)."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:       # unhashable key: PyYAML's own error says so
+                break
+            if duplicate:
+                raise _Refused(f"key {key!r} is given twice", key_node.start_mark, "give each key once")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 class _Refused(Exception):
-    def __init__(self, problem: str, mark: Any) -> None:  # noqa: ANN401 - a yaml Mark
+    def __init__(self, problem: str, mark: Any, hint: str) -> None:  # noqa: ANN401 - a yaml Mark
         super().__init__(problem)
         self.problem = problem
         self.mark = mark
+        self.hint = hint
 
 
 def load_yaml(text: str, source: str) -> Any:  # noqa: ANN401 - any YAML value
@@ -64,8 +83,7 @@ def load_yaml(text: str, source: str) -> Any:  # noqa: ANN401 - any YAML value
     try:
         return loader.get_single_data()
     except _Refused as exc:
-        raise YamlError(source, exc.problem, "write the value out in full (anchors and aliases are refused)",
-                        exc.mark.line + 1, exc.mark.column + 1) from None
+        raise YamlError(source, exc.problem, exc.hint, exc.mark.line + 1, exc.mark.column + 1) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

@@ -182,3 +182,10 @@ def test_ssh_key_with_raw_newline_is_refused(tmp_path):
         load_manifest(p)
     assert [pr.location for pr in exc.value.problems] == ["image.ssh_authorized_keys[0]"]
     assert "line break" in str(exc.value)
+
+
+def test_yaml_key_given_twice_is_refused_with_its_line(tmp_path):
+    # PyYAML keeps the last value silently: the first inference_user would be ignored
+    p = _write(tmp_path, _BASE + "image:\n  inference_user: root\n  variant: debug\n  inference_user: llm\n")
+    with pytest.raises(ManifestError, match=r"line 9, column 3: key 'inference_user' is given twice"):
+        load_manifest(p)
