@@ -2,10 +2,15 @@
 
 Runs as ``<root>/bin/qdl`` (a wrapper around ``python3 -m provisioner.sim.qdl``) so the station
 calls it exactly like the real tool: same options, same messages, same exit codes (0 success,
-1 any failure), same habit of waiting forever for a device. The rawprogram/patch XML is parsed
-by the station's own parser (``provisioner.station.flashxml``, qdl's rules), and the device
-side then does what the firehose programmer does on the board: evaluates ``NUM_DISK_SECTORS``
-expressions against the LUN size, writes every program op into the board's LUN image at
+1 any failure), same habit of waiting forever for a device. The rawprogram/patch XML is read by
+this module's own small reader, the way qdl reads it (linux-msm/qdl v2.8-rc1 ``src/program.c``,
+``src/patch.c``, ``src/util.c``; never the station's parser, so the preflight is tested against
+something that behaves like qdl, not against itself): numbers through ``strtoul``, a missing
+attribute or an unknown tag fails a rawprogram file, ``filename=""`` is nothing to write, a
+missing image fails before any write, an image bigger than its partition is truncated with
+qdl's error line and the flash goes on (``src/firehose.c`` firehose_program). The device side then
+does what the firehose programmer does on the board: evaluates ``NUM_DISK_SECTORS`` expressions
+against the LUN size, writes every program op into the board's LUN image at
 ``start_sector * sector_size``, applies only ``filename="DISK"`` patches, marks the boot LUN and
 resets the board.
 
@@ -21,6 +26,7 @@ fault sets 2048), ``PROVISIONER_SIM_QDL_FAIL_AT=<label>`` (firehose NAKs that pa
 from __future__ import annotations
 
 import os
+import re
 import signal
 import struct
 import sys
@@ -28,6 +34,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree import ElementTree
 
 from provisioner import catalog
 from provisioner.errors import UserError
@@ -174,6 +181,197 @@ def wait_for_device(root: Path, serial: str | None) -> UsbDevice:
             _out("Waiting for EDL device")
             said_waiting = True
         time.sleep(POLL_S)
+
+
+# ---------------------------------------------------------------------------------------------- XML reader
+def strtoul32(text: str) -> int:
+    """C ``(unsigned int)strtoul(text, NULL, 0)``, as qdl reads every numeric attribute (src/util.c).
+
+    Leading blanks and sign, ``0x`` hex, ``0`` octal, then digits up to the first other character
+    (``"4k"`` is 4, ``"²"`` is 0); saturates at ULONG_MAX like strtoul, then keeps the low 32 bits.
+    """
+    s = text.lstrip(" \t\n\r\f\v")
+    negative = s[:1] == "-"
+    if s[:1] in ("+", "-"):
+        s = s[1:]
+    if s[:2] in ("0x", "0X") and s[2:3] and s[2].lower() in "0123456789abcdef":
+        base, s = 16, s[2:]
+    elif s[:1] == "0":
+        base = 8
+    else:
+        base = 10
+    digits = "0123456789abcdef"[:base]
+    n = 0
+    for ch in s:
+        d = digits.find(ch.lower()) if ch.isascii() else -1
+        if d < 0:
+            break
+        n = min(n * base + d, (1 << 64) - 1)
+    if negative:
+        n = (-n) % (1 << 64)
+    return n & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Program:
+    """A <program> or <erase> as qdl holds it (struct firehose_op); ``filename`` "" = NULL in qdl."""
+
+    xml: Path
+    sector_size: int
+    filename: str
+    label: str
+    num_partition_sectors: int
+    lun: int
+    start_sector: str
+    file_sector_offset: int = 0
+    sparse: bool = False
+    erase: bool = False
+
+    @property
+    def skipped(self) -> bool:
+        return not self.erase and not self.filename
+
+    def start(self, num_disk_sectors: int) -> int:
+        return device_eval(self.start_sector, num_disk_sectors)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A <patch>; qdl sends only ``filename="DISK"`` ones to the device (firehose_apply_patch)."""
+
+    xml: Path
+    index: int
+    sector_size: int
+    byte_offset: int
+    filename: str
+    lun: int
+    size_in_bytes: int
+    start_sector: str
+    value: str
+
+    @property
+    def device_side(self) -> bool:
+        return self.filename == "DISK"
+
+    @property
+    def where(self) -> str:
+        return f"{self.xml.name} patch #{self.index}"
+
+
+class DeviceError(Exception):
+    """The firehose programmer NAKs a command (bad expression, out of range)."""
+
+
+_DEV_TOKEN = re.compile(r"\s*(?:([0-9]+)\.?|(NUM_DISK_SECTORS)|([-+*/]))", re.ASCII)
+_DEV_CRC = re.compile(r"^\s*CRC32\(([^,]+),([^)]+)\)\s*$")
+
+
+def device_eval(expr: str, num_disk_sectors: int) -> int:
+    """What the programmer on the board does with ``start_sector``/``value`` text qdl passes on
+    verbatim: decimals (trailing dot allowed), ``NUM_DISK_SECTORS``, ``+ - * /`` left to right."""
+    values: list[int] = []
+    ops: list[str] = []
+    pos, text = 0, expr.strip()
+    while pos < len(text):
+        m = _DEV_TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise DeviceError(f"cannot evaluate {expr[:40]!r}")
+        pos = m.end()
+        number, name, op = m.groups()
+        if (op is None) != (len(values) == len(ops)) or (number and len(number) > 20):
+            raise DeviceError(f"cannot evaluate {expr[:40]!r}")
+        if op is not None:
+            ops.append(op)
+        else:
+            values.append(num_disk_sectors if name else int(number))
+    if not values or len(values) != len(ops) + 1:
+        raise DeviceError(f"cannot evaluate {expr[:40]!r}")
+    result = values[0]
+    for op, v in zip(ops, values[1:], strict=True):
+        if op == "/" and v == 0:
+            raise DeviceError(f"division by zero in {expr[:40]!r}")
+        if op == "+":
+            result += v
+        elif op == "-":
+            result -= v
+        elif op == "*":
+            result *= v
+        else:
+            result //= v
+    return result
+
+
+def _attrs(node: ElementTree.Element, names: tuple[str, ...]) -> dict[str, str] | None:
+    """The attributes qdl reads, or None when one is missing (attr_as_* count it as an error)."""
+    if any(n not in node.attrib for n in names):
+        return None
+    return {n: node.attrib[n] for n in names}
+
+
+_PROGRAM_ATTRS = ("SECTOR_SIZE_IN_BYTES", "filename", "label", "num_partition_sectors",
+                  "physical_partition_number", "start_sector", "file_sector_offset")
+_ERASE_ATTRS = ("SECTOR_SIZE_IN_BYTES", "num_partition_sectors", "physical_partition_number", "start_sector")
+_PATCH_ATTRS = ("SECTOR_SIZE_IN_BYTES", "byte_offset", "filename", "physical_partition_number",
+                "size_in_bytes", "start_sector", "value", "what")
+
+
+def load_flash_file(path: Path) -> tuple[list[Program], list[Patch]]:
+    """Read one rawprogram or patch XML like qdl: file type from the root tag, then every entry."""
+    try:
+        root = ElementTree.parse(path).getroot()
+    except FileNotFoundError:
+        raise QdlFailure(f"{path} is not a verb and not a XML file") from None
+    except (OSError, ElementTree.ParseError):
+        raise QdlFailure(f'failed to parse XML file "{path}"\nfailed to detect file type of {path}') from None
+    programs: list[Program] = []
+    patches: list[Patch] = []
+    if root.tag == "patches":
+        for i, node in enumerate(root):
+            if node.tag != "patch":
+                _err(f'unrecognized tag "{node.tag}" in patch-type file, ignoring')
+                continue
+            a = _attrs(node, _PATCH_ATTRS)
+            if a is None:                           # qdl skips just this entry
+                _err(f'errors while parsing patch-type file "{path}"')
+                continue
+            patches.append(Patch(path, i, strtoul32(a["SECTOR_SIZE_IN_BYTES"]), strtoul32(a["byte_offset"]),
+                                 a["filename"], strtoul32(a["physical_partition_number"]),
+                                 strtoul32(a["size_in_bytes"]), a["start_sector"], a["value"]))
+        return programs, patches
+    if root.tag != "data" or not any(n.tag == "program" for n in root):
+        raise QdlFailure(f"failed to detect file type of {path}")
+    for node in root:
+        if node.tag == "program":
+            a = _attrs(node, _PROGRAM_ATTRS)
+            if a is None:
+                missing = next(n for n in _PROGRAM_ATTRS if n not in node.attrib)
+                raise QdlFailure(f"[PROGRAM] {path.name}: missing attribute {missing}\n"
+                                 f"errors while parsing program tag\nprogram_load {path} failed")
+            programs.append(Program(path, strtoul32(a["SECTOR_SIZE_IN_BYTES"]), a["filename"], a["label"],
+                                    strtoul32(a["num_partition_sectors"]),
+                                    strtoul32(a["physical_partition_number"]), a["start_sector"],
+                                    strtoul32(a["file_sector_offset"]), node.attrib.get("sparse") == "true"))
+        elif node.tag == "erase":
+            a = _attrs(node, _ERASE_ATTRS)
+            if a is None or strtoul32(a["num_partition_sectors"]) == 0:
+                why = "errors while parsing erase tag" if a is None else "erase tag with num_sectors=0 not allowed"
+                raise QdlFailure(f"{why}\nprogram_load {path} failed")
+            programs.append(Program(path, strtoul32(a["SECTOR_SIZE_IN_BYTES"]), "", node.attrib.get("label", ""),
+                                    strtoul32(a["num_partition_sectors"]),
+                                    strtoul32(a["physical_partition_number"]), a["start_sector"], erase=True))
+        else:
+            raise QdlFailure(f'unrecognized tag "{node.tag}" in program-type file "{path}"\n'
+                             f"program_load {path} failed")
+    return programs, patches
+
+
+def bootable_lun(programs: list[Program]) -> int | None:
+    """program_find_bootable_partition: the LUN of label xbl, else xbl_a, else sbl1."""
+    for label in ("xbl", "xbl_a", "sbl1"):
+        for p in programs:
+            if not p.erase and p.label == label:
+                return p.lun
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- flashing
@@ -353,29 +551,16 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
     ``board`` given: flash that board directly (no USB wait) - how ``sim up --state booted``
     installs an image without a station.
     """
-    from provisioner.station import flashxml
-
     old = flavor == "debian-2022"
     direct = board is not None        # factory install by the sim itself: no USB faults, no throttling
     programmer = Path(args.programmer or "")
     # qdl loads every XML before talking to the device: a broken file fails before any write.
-    programs: list[flashxml.Program] = []
-    patches: list[flashxml.Patch] = []
+    programs: list[Program] = []
+    patches: list[Patch] = []
     for f in args.files:
-        p = Path(f)
-        try:
-            head = p.read_bytes()[:512]
-        except OSError:
-            raise QdlFailure(f"{f}: No such file or directory") from None
-        try:
-            if b"<patches" in head:
-                patches += flashxml.parse_patch(p)
-            elif b"<data" in head:
-                programs += flashxml.parse_rawprogram(p)
-            else:
-                raise QdlFailure(f"{f} type not yet supported")
-        except UserError as exc:
-            raise QdlFailure(f"qdl: {exc.message}") from None
+        more_programs, more_patches = load_flash_file(Path(f))
+        programs += more_programs
+        patches += more_patches
     files: dict[int, Path | None] = {}
     for i, prog in enumerate(programs):
         if prog.skipped or prog.erase:
@@ -420,8 +605,8 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
             nsec = device.num_disk_sectors(prog.lun)
             try:
                 start = prog.start(nsec)
-            except UserError as exc:
-                _err(f"firehose: ERROR: {exc.message}")
+            except DeviceError as exc:
+                _err(f"firehose: ERROR: {exc}")
                 raise QdlFailure(f"flashing of {prog.label} failed") from None
             if prog.erase:
                 device.zero(prog.lun, start * sector_size, prog.num_partition_sectors * sector_size)
@@ -434,8 +619,8 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
                 continue
             size, extents = image_extents(path, prog.file_sector_offset * sector_size, prog.sparse)
             part_bytes = prog.num_partition_sectors * sector_size
-            if part_bytes and size > part_bytes:
-                _out(f"{prog.filename} to big for {prog.label} truncated to {part_bytes}")
+            if part_bytes and size > part_bytes:     # qdl 2.5's spelling ("too big" from 2.8 on), on stderr
+                _err(f"{prog.filename} to big for {prog.label} truncated to {part_bytes}")
                 size = part_bytes
             sectors = -(-size // sector_size)
             if start < 0 or start + sectors > nsec:
@@ -468,7 +653,7 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
             _apply_patch(device, patch, sector_size)
             applied += 1
         _out(f"{applied} patches applied")
-        lun = flashxml.boot_lun(programs)
+        lun = bootable_lun(programs)
         if lun is not None:
             _out(f"partition {lun} is now bootable")
         if board is not None:
@@ -522,15 +707,15 @@ def _sahara(programmer: Path, old: bool) -> None:
 def _apply_patch(device: Device, patch, sector_size: int) -> None:
     nsec = device.num_disk_sectors(patch.lun)
     try:
-        start = patch.start(nsec)
-        crc = patch.crc32_args()
+        start = device_eval(patch.start_sector, nsec)
+        crc = _DEV_CRC.match(patch.value)
         if crc is not None:
-            crc_start = _eval(crc[0], nsec)
-            value = zlib.crc32(device.read(patch.lun, crc_start * sector_size, crc[1])) & 0xFFFFFFFF
+            crc_start, crc_len = device_eval(crc[1], nsec), device_eval(crc[2], nsec)
+            value = zlib.crc32(device.read(patch.lun, crc_start * sector_size, crc_len)) & 0xFFFFFFFF
         else:
-            value = patch.int_value(nsec)
-    except UserError as exc:
-        _err(f"firehose: ERROR: {exc.message}")
+            value = device_eval(patch.value, nsec)
+    except DeviceError as exc:
+        _err(f"firehose: ERROR: {exc}")
         raise QdlFailure(f"failed to apply patch at {patch.where}") from None
     size = patch.size_in_bytes
     if size not in (1, 2, 4, 8):
@@ -538,11 +723,6 @@ def _apply_patch(device: Device, patch, sector_size: int) -> None:
     fmt = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}[size]
     device.write(patch.lun, start * sector_size + patch.byte_offset,
                  struct.pack(fmt, value & ((1 << (8 * size)) - 1)))
-
-
-def _eval(expr: str, nsec: int) -> int:
-    from provisioner.station import flashxml
-    return flashxml.eval_sector(expr, nsec)
 
 
 def _commit(board: VirtualBoard, device: Device, boot_lun: int | None) -> None:

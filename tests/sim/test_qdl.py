@@ -9,6 +9,7 @@ import struct
 import subprocess
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -122,7 +123,7 @@ def test_file_bigger_than_partition_is_truncated_with_a_warning(broken, sim):
     (broken / "cdt.bin").write_bytes(b"\xab" * (40 * 4096))     # partition cdt holds 32 sectors
     res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
     assert res.returncode == 0
-    assert f"cdt.bin to big for cdt truncated to {32 * 4096}" in res.stdout
+    assert f"cdt.bin to big for cdt truncated to {32 * 4096}" in res.stderr     # qdl 2.5: ux_err, flashes on
     start = 6
     assert _read(vb, 3, start + 31, 4096) == b"\xab" * 4096
     assert _read(vb, 3, start + 32, 4096) != b"\xab" * 4096      # the next partition is not overwritten
@@ -239,3 +240,41 @@ def test_include_dir_is_searched_first_and_fail_at_naks_a_partition(bundle, tmp_
     res = run(qdl_cmd(tools["qdl"], bundle, "--serial", vb.serial), env=env)
     assert res.returncode == 1 and "flashing of xbl_a failed" in res.stderr
     assert vb.reload().state == "edl"                    # no reset after a failed flash
+
+
+def test_stand_in_reads_xml_with_its_own_reader():
+    """The stand-in must not test the preflight against itself: no station code behind its XML reading."""
+    import ast
+
+    import provisioner.sim.qdl as simqdl
+
+    tree = ast.parse(Path(simqdl.__file__).read_text(encoding="utf-8"))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [m for m in imported if m.startswith("provisioner.station")], imported
+
+
+@pytest.mark.parametrize("text,value", [
+    ("131078", 131078), ("6.", 6), ("0x10", 16), ("010", 8), ("4k", 4), ("\u00b2", 0), ("", 0),
+    ("4294967296", 0), ("9" * 5000, 0xFFFFFFFF), ("-1", 0xFFFFFFFF),
+])
+def test_numbers_are_read_like_strtoul_into_32_bits(text, value):
+    from provisioner.sim.qdl import strtoul32
+
+    assert strtoul32(text) == value
+
+
+def test_unknown_tag_fails_a_rawprogram_but_not_a_patch_file(broken, sim):
+    root, tools = sim
+    vb = _board(root)
+    raw = broken / "rawprogram3.xml"
+    raw.write_text(raw.read_text().replace("</data>", "<frobnicate/></data>"))
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
+    assert res.returncode == 1 and 'unrecognized tag "frobnicate" in program-type file' in res.stderr
+    assert vb.lun_path(0).stat().st_blocks == 0
+    raw.write_text(raw.read_text().replace("<frobnicate/>", ""))
+    patch = broken / "patch3.xml"
+    patch.write_text(patch.read_text().replace("</patches>", "<frobnicate/></patches>"))
+    res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
+    assert res.returncode == 0, res.stderr
+    assert 'unrecognized tag "frobnicate" in patch-type file, ignoring' in res.stderr
