@@ -60,7 +60,7 @@ def _wait_flashing(db: Path, station, n: int, timeout_s: float = 30) -> list[dic
         if db.exists():
             with Records(db, writer=False) as rec:
                 rows = rec.history()
-            if (len(rows) == n and all(r["state"] == "flashing" and r["qdl_pid"] for r in rows)
+            if (len(rows) == n and all(r["state"] == "flashing" for r in rows)
                     and len(_qdl_pids(station.root)) == n):
                 return rows
         time.sleep(0.05)
@@ -87,11 +87,32 @@ def _kill_all(proc: subprocess.Popen, station) -> None:
 
 # -- kill -9 ---------------------------------------------------------------------------------------
 
+def _quiet_qdl(station, *, keep_death_signal: bool) -> Path:
+    """qdl behind a wrapper that sends its output to a file instead of the station's pipe.
+
+    Like a real qdl in the middle of a large partition (it prints nothing for minutes), it gets
+    no broken pipe when the station dies; only the parent-death signal can end it. With
+    ``keep_death_signal=False`` it also clears that, like a qdl with file capabilities (prctl(2):
+    the setting is cleared on execve of such a binary).
+    """
+    path = station.root / "bin" / ("qdl-quiet" if keep_death_signal else "qdl-caps")
+    qdl, out = str(station.config.qdl), str(station.root / f"{path.name}.out")
+    path.write_text(f"#!{sys.executable}\nimport ctypes, os, sys\n"
+                    + ("" if keep_death_signal else "ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\n")
+                    + "if sys.argv[1:2] != ['--version']:\n"
+                    f"    fd = os.open({out!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
+                    "    os.dup2(fd, 1)\n    os.dup2(fd, 2)\n"
+                    f"os.execv({qdl!r}, [{qdl!r}] + sys.argv[1:])\n")
+    path.chmod(0o755)
+    return path
+
+
 def test_kill_9_of_the_station_ends_its_qdl(station, release_8275, tmp_path):
     """qdl dies with the station (parent-death signal), so nothing writes the boards any more."""
     station.add(2)
     db = tmp_path / "station.db"
-    proc = _start_station(station, release_8275, db)
+    proc = _start_station(station, release_8275, db, qdl=str(_quiet_qdl(station, keep_death_signal=True)),
+                          rate_kbps=40)
     try:
         _wait_flashing(db, station, 2)
         qdls = _qdl_pids(station.root)
@@ -108,31 +129,18 @@ def test_kill_9_of_the_station_ends_its_qdl(station, release_8275, tmp_path):
                                    "process died)" for h in hist)
 
 
-def _qdl_that_keeps_running(station) -> Path:
-    """A qdl that escapes the parent-death signal, like a qdl with file capabilities (prctl(2):
-    the setting is cleared on execve of such a binary), behind a wrapper that sends its output to
-    a file (so no broken pipe ends it either when the station dies)."""
-    path = station.root / "bin" / "qdl-caps"
-    qdl, out = str(station.config.qdl), str(station.root / "qdl-caps.out")
-    path.write_text(f"#!{sys.executable}\nimport ctypes, os, sys\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\n"
-                    "if sys.argv[1:2] != ['--version']:\n"
-                    f"    fd = os.open({out!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
-                    "    os.dup2(fd, 1)\n    os.dup2(fd, 2)\n"
-                    f"os.execv({qdl!r}, [{qdl!r}] + sys.argv[1:])\n")
-    path.chmod(0o755)
-    return path
-
-
 def test_a_surviving_qdl_is_reported_and_ended_before_the_board_is_flashed_again(station, release_8275, tmp_path):
     board = station.add(1)[0]
     db = tmp_path / "station.db"
-    proc = _start_station(station, release_8275, db, qdl=str(_qdl_that_keeps_running(station)), rate_kbps=40)
+    proc = _start_station(station, release_8275, db, qdl=str(_quiet_qdl(station, keep_death_signal=False)),
+                          rate_kbps=40)
     try:
-        first = _wait_flashing(db, station, 1)[0]
+        _wait_flashing(db, station, 1)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        survivor = _qdl_pids(station.root)
-        assert survivor == [first["qdl_pid"]]  # still writing the board, holding its USB interface
+        with Records(db, writer=False) as rec:
+            first = rec.history()[0]
+        assert _qdl_pids(station.root) == [first.get("qdl_pid")]  # still writing the board, holding its USB
         rerun = _start_station(station, release_8275, db, rate_kbps=0, serials=[board.serial])
         _, err = rerun.communicate(timeout=120)
     finally:
@@ -265,7 +273,7 @@ def test_outcome_the_database_missed_is_reconciled_from_the_log_at_next_start(sm
                                 artifacts={}, qdl_version="qdl 2.5", log_path=log)
         failed = rec.start_attempt("0AA94E01", slot="slot 2", board="iq-8275-evk", release_id=RELEASE_ID,
                                    artifacts={}, qdl_version="qdl 2.5", log_path=tmp_path / "logs" / "other.log")
-        rec.reserve.release()
+        (small_disk / "station.db.reserve").unlink(missing_ok=True)
         filler = _fill(small_disk)
         assert rec.finish_attempt(aid, PASSED, identity={"build_id": RELEASE_ID}) is False
         assert rec.finish_attempt(failed, FAILED, error="qdl exited 1: boom") is False
@@ -291,7 +299,7 @@ def test_rollback_after_sqlite_full_is_not_an_internal_error(small_disk):
     """SQLite may roll the transaction back by itself after SQLITE_FULL; no 'cannot rollback'."""
     db = small_disk / "station.db"
     with Records(db) as rec:
-        rec.reserve.release()
+        (small_disk / "station.db.reserve").unlink(missing_ok=True)  # the room it keeps is used up already
         _fill(small_disk)
         with pytest.raises(Exception) as caught:
             for i in range(200):
