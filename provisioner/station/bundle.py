@@ -303,9 +303,10 @@ def _checks_of_sizes(pf: Preflight, bundle: Path, hash_files: bool) -> None:
     checks.append(Check("files", not missing, f"missing: {', '.join(missing)}" if missing else "all present"))
     if refused:
         checks.append(Check("names", False, "refused: " + "; ".join(refused)))
-    checks.append(Check("sizes", not oversized, "; ".join(oversized) if oversized else "all fit"))
+    checks.append(Check("sizes", not oversized, "; ".join(oversized) if oversized else
+                        "every image fits its partition" + (" (fill files: see truncated)" if fills else "")))
     for name, (size, parts) in fills.items():
-        checks.append(Check("sizes", True, f"{name} is {size} bytes of zeros (a qcom-ptool fill file), partition "
+        checks.append(Check("truncated", True, f"{name} is {size} bytes of zeros (a qcom-ptool fill file), partition "
                             f"{', '.join(parts)}: qdl truncates it to the partition and flashes on", warning=True))
     checks.append(Check("sector size", not bad_sector,
                         f"{board.id} has {board.sector_size}-byte sectors: {', '.join(bad_sector[:3])}"
