@@ -30,7 +30,9 @@ _FLASHED = re.compile(r'flashed "(?P<label>[^"]*)" successfully(?: at (?P<rate>[
 _PATCHES = re.compile(r"(?P<n>\d+) patches applied")
 _BOOTABLE = re.compile(r"partition (?P<n>\d+) is now bootable")
 _SAHARA = re.compile(r"Sahara: sending|HELLO version|READ image|END OF IMAGE|DONE status", re.I)
-_TRUNCATED = re.compile(r"to big for (?P<label>\S+) truncated", re.I)
+#: qdl's firehose_program warning for an image larger than its partition: "to big" up to v2.7,
+#: "too big" from v2.8 (linux-msm/qdl src/firehose.c).
+_TRUNCATED = re.compile(r"too? big for (?P<label>\S+) truncated", re.I)
 #: qdl/libusb messages meaning "the USB link went away", worth a retry once the device is back in EDL.
 TRANSIENT = re.compile(
     r"LIBUSB_ERROR_(NO_DEVICE|IO|PIPE|TIMEOUT|OVERFLOW)|No such device|device (was )?(disconnected|removed|lost)"

@@ -224,3 +224,12 @@ def test_qdl_without_version_option(tmp_path, usage, has_serial):
     fake.chmod(0o755)
     info = detect_qdl(str(fake))
     assert info.version is None and info.has_serial is has_serial and not info.has_version_option
+
+
+@pytest.mark.parametrize("line", ["zeros_33sectors.bin to big for apdp_a truncated to 65536",    # qdl <= 2.7
+                                  "zeros_33sectors.bin too big for apdp_a truncated to 65536"])  # qdl 2.8
+def test_qdl_truncation_line_is_a_warning_in_either_spelling(line):
+    from provisioner.station.qdl import QdlProgress
+
+    prog = QdlProgress()
+    assert prog.feed(line) and prog.warnings == [line] and prog.errors == []
