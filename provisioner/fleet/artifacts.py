@@ -24,9 +24,14 @@ from provisioner import catalog, layout
 from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import atomic_write
+from provisioner.fleet.service import instance_unit
 
 CACHE_NAME = ".edge-llm-index.json"
 PREVIOUS = "previous"      # symlink beside ``current``: the version a rollback returns to
+# File beside a version directory (``<version>.committed``), written atomically once that version
+# passed its health gate on this board. Like Mender's/RAUC's commit: only a committed version may
+# become ``current``; a run that finds ``current`` on an uncommitted one gates it again.
+COMMITTED = ".committed"
 ARTIFACT_MARK = ".edge-llm-artifact.json"
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -79,7 +84,8 @@ def build_index(root: Path | str, base_url: str) -> dict[str, Any]:
                                   **hasher.entry(tar)})
     for mdir in sorted(p for p in (root / "models").glob("*/*") if p.is_dir()):
         name, version = mdir.parent.name, mdir.name
-        if not VERSION_RE.match(version) or version in ("current", PREVIOUS) or version.endswith(".partial"):
+        if (not VERSION_RE.match(version) or version in ("current", PREVIOUS)
+                or version.endswith((".partial", COMMITTED))):
             raise FleetError(f"{mdir}: bad version directory name", "use the sha256 prefix or a plain version")
         meta: dict[str, Any] = {}
         if (mdir / layout.MODEL_META).is_file():
@@ -116,6 +122,13 @@ def load_index(path: Path | str) -> dict[str, Any]:
     for key in ("qairt", "runtimes", "models"):
         data.setdefault(key, [])
     return data
+
+
+def model_paths(name: str) -> dict[str, str]:
+    """On-board paths of one model's versions (deploy and rollback both use these)."""
+    mdir = layout.model_dir(name)
+    return {"dir": mdir, "current": layout.model_current(name), "previous": f"{mdir}/{PREVIOUS}",
+            "committed_suffix": COMMITTED, "unit": instance_unit(name)}
 
 
 def deploy_plan(index: dict[str, Any], models: list[dict[str, Any]], board_id: str,
@@ -158,10 +171,11 @@ def deploy_plan(index: dict[str, Any], models: list[dict[str, Any]], board_id: s
                         file=m["file"])
         fetch = [{"url": f["url"], "dest": f"{vdir}.partial/{f['name']}", "sha256": f["sha256"], "size": f["size"]}
                  for f in m["files"]]
+        paths = model_paths(m["name"])
         out_models.append({"name": m["name"], "version": m["version"], "qairt": m["qairt"], "runtime": m["runtime"],
-                           "files": m["files"], "fetch": fetch, "dir": layout.model_dir(m["name"]), "version_dir": vdir,
-                           "partial_dir": f"{vdir}.partial", "current": layout.model_current(m["name"]),
-                           "previous": f"{layout.model_dir(m['name'])}/{PREVIOUS}", "meta": meta,
-                           "size": m["size"]})
+                           "files": m["files"], "fetch": fetch, "dir": paths["dir"], "version_dir": vdir,
+                           "partial_dir": f"{vdir}.partial", "current": paths["current"],
+                           "previous": paths["previous"], "meta": meta, "committed": f"{vdir}{COMMITTED}",
+                           "unit": paths["unit"], "size": m["size"]})
     return {"board": board.id, "trees": trees, "models": out_models, "missing_qairt": sorted(missing_q),
-            "staging": staging}
+            "staging": staging, "committed_suffix": COMMITTED}

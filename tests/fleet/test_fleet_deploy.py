@@ -1,8 +1,10 @@
 """`fleet deploy` / `rollback` against virtual boards of both types, with a real artifact server.
 
 Boards pull from the server (its access log proves what moved), versions land in their own
-directories, `current` switches atomically with `previous` kept, a failed health gate rolls back,
-and a second run on an up-to-date fleet changes nothing and transfers nothing.
+directories, a version is health-gated and committed (`<version>.committed`) before `current`
+switches to it atomically with `previous` kept, a failed gate leaves `current` on the version that
+worked, and a second run on an up-to-date fleet changes nothing and transfers nothing. A controller
+that died after the `current` switch (current on an uncommitted version) is re-gated on the rerun.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import tarfile
 import threading
 import time
@@ -23,7 +26,7 @@ from provisioner.artifacts.hashing import sha256_file
 from provisioner.fleet import artifacts
 from provisioner.fleet.api import run_fleet
 from tests.fleet.artserver import ArtifactServer
-from tests.fleet.simfleet import BoardSpec, build_fleet, can_run
+from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 
 pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(can_run() is not None, reason=str(can_run()))]
@@ -110,6 +113,24 @@ def current(fleet, board: str, model: str) -> str | None:
     return os.readlink(link) if link.is_symlink() else None
 
 
+def committed(fleet, board: str, model: str, version: str) -> bool:
+    mark = f"{layout.model_version_dir(model, version)}{artifacts.COMMITTED}"
+    return (fleet.rootfs(board) / mark.lstrip("/")).is_file()
+
+
+def relink(fleet, board: str, model: str, link: str, version: str) -> None:
+    """Point the board's ``current``/``previous`` at ``version`` the way a deploy does (symlink + rename)."""
+    path = fleet.rootfs(board) / f"{layout.model_dir(model)}/{link}".lstrip("/")
+    tmp = path.with_name(f".{link}.tmp")
+    tmp.unlink(missing_ok=True)
+    os.symlink(version, tmp)
+    os.replace(tmp, path)
+
+
+def gate_statuses(events: list[dict]) -> list[str]:
+    return [e["status"] for e in events if e.get("event") == "host" and "Health gate" in e.get("task", "")]
+
+
 def previous(fleet, board: str, model: str) -> str | None:
     link = fleet.rootfs(board) / f"{layout.model_dir(model)}/{artifacts.PREVIOUS}".lstrip("/")
     return os.readlink(link) if link.is_symlink() else None
@@ -129,6 +150,7 @@ def test_deploy_check_run_then_real_then_idempotent(env):
     assert all(r.changed > 0 for r in checked.rows)              # check mode reports what would change
     assert server.since(mark) == []                               # ... and transfers nothing
     assert {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()} == before
+    assert not any(committed(fleet, b, m, versions[m]) for b, m in BOARD_MODEL.items())
 
     mark = server.mark()
     first = deploy(fleet, index)
@@ -139,6 +161,7 @@ def test_deploy_check_run_then_real_then_idempotent(env):
     assert first.row("dep-8275").bytes_downloaded > 0
     for b, m in BOARD_MODEL.items():
         assert current(fleet, b, m) == versions[m]
+        assert committed(fleet, b, m, versions[m])                 # gated, then committed
         assert previous(fleet, b, m) == before[b]                  # the old version is kept
         assert (fleet.rootfs(b) / layout.model_version_dir(m, before[b]).lstrip("/")).is_dir()
     qdir = fleet.rootfs("dep-9075") / layout.qairt_dir(NEW_QAIRT).lstrip("/")
@@ -175,11 +198,12 @@ def test_failed_health_gate_rolls_back(env, tmp_path):
     for b, m in BOARD_MODEL.items():
         row = res.row(b)
         assert row.verdict == "fail"
-        assert "health gate" in row.reason and "rolled back" in row.reason, row.reason
+        assert "health gate failed" in row.reason and f"current stays on {before[b]}" in row.reason, row.reason
         assert current(fleet, b, m) == before[b]                   # still the version that worked
     assert "incoherent" in res.row("dep-9075").reason
     assert "TF_LITE_PREFILL_DECODE" in res.row("dep-8275").reason or "exit" in res.row("dep-8275").reason
     assert (fleet.rootfs("dep-8275") / layout.model_version_dir(GEMMA, bad_gemma).lstrip("/")).is_dir()
+    assert not committed(fleet, "dep-8275", GEMMA, bad_gemma)
 
 
 def test_checksum_mismatch_and_disk_full_leave_current_alone(env, tmp_path):
@@ -240,3 +264,74 @@ def test_board_reboot_mid_download_resumes_and_never_switches_to_a_partial(env, 
     assert resumed and resumed[0].status == 206 and resumed[0].range == f"bytes={have}-"
     assert resumed[0].sent == (4 << 20) - have
     assert current(fleet, "dep-8275", GEMMA) == v
+
+
+def test_rerun_after_a_crash_past_the_switch_gates_the_uncommitted_current(env, tmp_path):
+    """The controller died right after `current` moved (no commit mark): the rerun gates it, then commits."""
+    fleet, server, _, _versions = env
+    src = tmp_path / "crash"
+    v = add_gemma(src, n_dispatch_ops=7)
+    shutil.copytree(src, server.root / "crash")
+    index = artifacts.build_index(server.root / "crash", server.url + "/crash")
+    assert deploy(fleet, index, limit="dep-8275").row("dep-8275").verdict == "pass"
+    assert current(fleet, "dep-8275", GEMMA) == v
+    mark_file = fleet.rootfs("dep-8275") / f"{layout.model_version_dir(GEMMA, v)}{artifacts.COMMITTED}".lstrip("/")
+    mark_file.unlink()                                   # the crash state: current switched, never committed
+
+    events: list[dict] = []
+    mark = server.mark()
+    res = deploy(fleet, index, limit="dep-8275", on_event=events.append)
+    assert res.row("dep-8275").verdict == "pass", res.row("dep-8275").reason
+    assert gate_statuses(events) == ["ok"]               # the gate ran again ...
+    assert committed(fleet, "dep-8275", GEMMA, v)        # ... and only then was the version committed
+    assert server.since(mark) == []                      # nothing pulled again
+
+
+def test_rerun_takes_current_off_an_uncommitted_version_that_fails_its_gate(env, tmp_path):
+    fleet, server, _, _versions = env
+    good = current(fleet, "dep-8275", GEMMA)
+    assert good and committed(fleet, "dep-8275", GEMMA, good)
+    src = tmp_path / "crashbad"
+    bad = add_gemma(src, n_dispatch_ops=8, truncate_to=20000)
+    shutil.copytree(src, server.root / "crashbad")
+    index = artifacts.build_index(server.root / "crashbad", server.url + "/crashbad")
+    assert deploy(fleet, index, limit="dep-8275").row("dep-8275").verdict == "fail"   # installed, not committed
+    relink(fleet, "dep-8275", GEMMA, artifacts.PREVIOUS, good)   # what a run that died after the switch left
+    relink(fleet, "dep-8275", GEMMA, "current", bad)
+
+    for outcome in (f"current rolled back to {good}", f"current stays on {good}"):   # and on every rerun after
+        res = deploy(fleet, index, limit="dep-8275")
+        row = res.row("dep-8275")
+        assert row.verdict == "fail"
+        assert f"health gate failed: {GEMMA} {bad} not committed, {outcome} (" in row.reason, row.reason
+        assert current(fleet, "dep-8275", GEMMA) == good
+        assert not committed(fleet, "dep-8275", GEMMA, bad)
+
+
+def test_failed_first_install_leaves_no_current_and_the_service_stopped(env, tmp_path):
+    from provisioner.sim import host
+
+    fleet, server, _, _versions = env
+    board = fleet.boards["dep-8275"]
+    unit = f"edge-llm-serve@{GEMMA}.service"
+    launched = run_fleet("launch", fleet.inventory, limit="dep-8275",
+                         extra_args=[f"edge_llm_serve_port_base={free_port()}"])
+    assert launched.row("dep-8275").verdict == "pass", launched.row("dep-8275").reason
+    for link in ("current", artifacts.PREVIOUS):         # the model was never on this board
+        (fleet.rootfs("dep-8275") / f"{layout.model_dir(GEMMA)}/{link}".lstrip("/")).unlink()
+    src = tmp_path / "first"
+    bad = add_gemma(src, n_dispatch_ops=9, truncate_to=20000)
+    shutil.copytree(src, server.root / "first")
+    index = artifacts.build_index(server.root / "first", server.url + "/first")
+
+    for _ in range(2):                                   # a rerun does not report pass either
+        res = deploy(fleet, index, limit="dep-8275")
+        row = res.row("dep-8275")
+        assert row.verdict == "fail"
+        assert (f"health gate failed: {GEMMA} {bad} not committed, no version to fall back to: current removed, "
+                f"{unit} stopped (") in row.reason, row.reason
+        link = fleet.rootfs("dep-8275") / layout.model_current(GEMMA).lstrip("/")
+        assert not link.is_symlink() and not link.exists()
+        state = subprocess.run(host.ssh_argv(board, "systemctl", "is-active", unit), capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+        assert state == "inactive"

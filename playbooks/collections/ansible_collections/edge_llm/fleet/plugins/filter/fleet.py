@@ -1,6 +1,7 @@
 """Filters that compute per-board plans on the controller from provisioner's layout and catalog.
 
 deploy_plan: what a board must pull (QAIRT/runtime trees, model versions) and where it goes.
+model_paths: one model's on-board current/previous links, commit-mark suffix and service unit.
 serve_units: per model the edge-llm-serve config, unit name and systemd drop-in (run env, memlock).
 """
 
@@ -28,6 +29,10 @@ def deploy_plan(index, models, board_id, staging="/opt/edge-llm/.staging"):
         raise AnsibleFilterError(f"deploy_plan: {exc}") from exc
 
 
+def model_paths(name):
+    return artifacts.model_paths(str(name))
+
+
 def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
     try:
         expect = checks.Expect.from_vars(dict(expect_vars))
@@ -38,4 +43,4 @@ def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
 
 class FilterModule:
     def filters(self):
-        return {"deploy_plan": deploy_plan, "serve_units": serve_units}
+        return {"deploy_plan": deploy_plan, "model_paths": model_paths, "serve_units": serve_units}
