@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner import catalog, layout
-from provisioner.board import edge_llm_serve as serve
+from provisioner.fleet.onboard import serve
 
 MEMLOCK_MIN_BYTES = 2 * 1024**3      # FastRPC pins ~1.17 GB of weights; anything below fails to load
 RLIM_INFINITY_TEXT = "infinity"

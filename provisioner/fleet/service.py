@@ -9,13 +9,12 @@ again (limits.conf never applies to services; seed 000's 8 MB trap).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from provisioner import layout
 from provisioner.fleet.checks import Expect, serve_config
+from provisioner.fleet.onboard import SERVE_SCRIPT
 
-SERVE_SCRIPT = Path(__file__).resolve().parents[1] / "board" / "edge_llm_serve.py"
 SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
 DROPIN_NAME = "50-edge-llm-model.conf"
 USER_PLACEHOLDER = "@EDGE_LLM_INFERENCE_USER@"

@@ -161,15 +161,10 @@ def _runtime_script(name: str) -> str:
 
 
 def _serve_files(user: str) -> tuple[str, str]:
-    """(unit text, program text) of edge-llm-serve from the fleet package; a placeholder if absent."""
-    try:
-        from provisioner.fleet.service import SERVE_SCRIPT, unit_text
+    """(unit text, program text) of edge-llm-serve: the product's own, as the image would install them."""
+    from provisioner.fleet.service import SERVE_SCRIPT, unit_text
 
-        return unit_text(user), SERVE_SCRIPT.read_text(encoding="utf-8")
-    except (ImportError, OSError):
-        return ("[Unit]\nDescription=edge-llm inference service for %i (placeholder)\n\n[Service]\n"
-                f"User={user}\nLimitMEMLOCK=infinity\nExecStart={layout.SERVE_BIN} --model %i\n\n"
-                "[Install]\nWantedBy=multi-user.target\n", _runtime_script("edge-llm-serve"))
+    return unit_text(user), SERVE_SCRIPT.read_text(encoding="utf-8")
 
 
 def _stub_lib(name: str, qairt: str) -> bytes:
@@ -302,7 +297,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
     _write(tree, "/usr/lib/udev/rules.d/60-fastrpc.rules",
            f'KERNEL=="fastrpc-*", OWNER="{layout.FASTRPC_OWNER}", GROUP="{layout.FASTRPC_GROUP}", '
            f'MODE="{layout.FASTRPC_MODE:04o}"\n')
-    # The serve unit and program are the fleet's (helper F owns them; the layer ships the same text).
+    # The serve unit and program are the product's (the layer's files/edge-llm-serve and its unit).
     unit, serve = _serve_files(user)
     _write(tree, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", unit)
     _write(tree, layout.SERVE_BIN, serve, 0o755)

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from provisioner.board import edge_llm_serve as serve
+from provisioner.fleet.onboard import serve
 from provisioner.fleet.api import run_fleet
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 

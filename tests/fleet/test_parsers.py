@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from provisioner.board import edge_llm_serve as serve
+from provisioner.fleet.onboard import serve
 from provisioner.fleet import checks
 
 # What litert_lm_main printed in seed 000 (Ubuntu, ~28 tok/s, values with "~").

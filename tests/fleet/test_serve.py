@@ -1,4 +1,4 @@
-"""edge-llm-serve in-process: HTTP contract, queue limit, argv safety, and its copies in the layer and role."""
+"""edge-llm-serve in-process: HTTP contract, queue limit, argv safety; one source (the layer) for layer and role."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.board import edge_llm_serve as serve
 from provisioner.fleet import service
+from provisioner.fleet.onboard import serve
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "layers" / "meta-edge-llm" / "recipes-ai" / "edge-llm-serve"
@@ -184,14 +184,16 @@ def test_genie_max_tokens_goes_into_the_dialog_config(tmp_path, dialog_type, lim
 def test_bad_config_is_one_line_exit_2(tmp_path):
     p = tmp_path / "c.json"
     p.write_text(json.dumps({"model": "m", "runtime": "tflite", "model_dir": "/x", "executable": "/y"}))
-    proc = subprocess.run([sys.executable, str(REPO / "provisioner/board/edge_llm_serve.py"), "serve", "--config",
+    proc = subprocess.run([sys.executable, str(RECIPE / "files" / "edge-llm-serve"), "serve", "--config",
                            str(p)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "runtime must be" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_layer_ships_the_same_program_and_unit():
-    assert (RECIPE / "files" / "edge-llm-serve").read_bytes() == (REPO / "provisioner/board/edge_llm_serve.py") \
-        .read_bytes(), "copy provisioner/board/edge_llm_serve.py to the recipe's files/edge-llm-serve"
+def test_one_source_for_the_program_the_layer_and_the_fleet_install():
+    # the controller's module, the launch playbook's file and the recipe's file are one file
+    assert Path(serve.__file__).resolve() == (RECIPE / "files" / "edge-llm-serve").resolve()
+    assert service.SERVE_SCRIPT.resolve() == (RECIPE / "files" / "edge-llm-serve").resolve()
+    assert not (REPO / "provisioner" / "board").exists()
     unit = (RECIPE / "files" / "edge-llm-serve@.service").read_text().replace(service.USER_PLACEHOLDER, "llm")
     assert unit == service.unit_text("llm")
     assert "LimitMEMLOCK=infinity" in unit and "SupplementaryGroups=fastrpc" in unit

@@ -2,8 +2,8 @@ SUMMARY = "On-board HTTP inference service for litert_lm_main and genie-t2t-run"
 DESCRIPTION = "A stdlib-only Python HTTP service (GET /health, POST /v1/completions, OpenAI-compatible \
                subset) that runs the model's runtime from an argv list with its chat template, one request \
                at a time per NPU with a bounded queue. Instances are edge-llm-serve@<model>.service, configured \
-               by /etc/edge-llm/serve/<model>.json (written by the fleet's launch playbook). The program is \
-               provisioner/board/edge_llm_serve.py; a test keeps files/ identical to it."
+               by /etc/edge-llm/serve/<model>.json (written by the fleet's launch playbook). files/edge-llm-serve \
+               is the one source: the provisioner imports it and its launch playbook copies it to boards."
 SECTION = "ai"
 LICENSE = "Apache-2.0"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10"
