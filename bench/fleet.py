@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from provisioner import catalog, layout  # noqa: E402
+from provisioner.contracts import inventory  # noqa: E402
 from provisioner.fleet import checks  # noqa: E402
 from provisioner.fleet.inventory import group_vars  # noqa: E402
 from provisioner.fleet.runner import ansible_env, run_playbook  # noqa: E402
@@ -88,8 +89,8 @@ def bench_vars(board_id: str) -> dict[str, str]:
     """Per board type: the same reads and the same smoke inference argv as verify, as shell text."""
     b = catalog.board(board_id)
     gv = group_vars(board_id)
-    m = checks.ModelExpect.from_vars(gv["edge_llm_models"][0])
-    run = checks.smoke_run(b, m, checks.SMOKE_PROMPT, checks.SMOKE_MAX_TOKENS)
+    m = inventory.ModelVars.from_vars(gv["edge_llm_models"][0])
+    run = checks.smoke_run(b, m, inventory.SMOKE_PROMPT, inventory.SMOKE_MAX_TOKENS)
     def q(text: str) -> str:           # quote, keeping $W (the temp dir) expandable
         if "{work}" not in text:
             return shlex.quote(text)

@@ -10,19 +10,17 @@ round trip per board and keeps the rules testable without a board.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from provisioner import catalog, layout
+from provisioner.contracts.inventory import HostVars, ModelVars
 from provisioner.fleet.onboard import serve
 
 MEMLOCK_MIN_BYTES = 2 * 1024**3      # FastRPC pins ~1.17 GB of weights; anything below fails to load
 RLIM_INFINITY_TEXT = "infinity"
-SMOKE_PROMPT = "Explain in two sentences what an NPU is."
-SMOKE_MAX_TOKENS = 128
 SMOKE_TIMEOUT_S = 300
 DT_BASE = "/sys/firmware/devicetree/base"    # /proc/device-tree is a symlink to it on DT kernels
 LIMITS_CONF = "/etc/security/limits.conf"
@@ -132,91 +130,11 @@ def diagnose_log(text: str, runtime: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Expectations (from inventory variables)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelExpect:
-    name: str
-    kind: str
-    runtime: str
-    qairt: str
-    chat_template: str = "plain"
-    file: str | None = None
-    size: int | None = None
-    sha256: str | None = None
-    version: str | None = None
-    min_decode_tok_s: float | None = None
-    max_ttft_s: float | None = None
-    port: int | None = None
-    system_prompt: str | None = None
-
-    @classmethod
-    def from_vars(cls, data: dict[str, Any]) -> ModelExpect:
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in names and v is not None}
-        if "runtime" not in kw:
-            kw["runtime"] = "litert_lm" if kw.get("kind") == "litertlm" else "genie"
-        kw["qairt"] = catalog.normalize_qairt(str(kw.get("qairt", "")))
-        return cls(**kw)
-
-
-@dataclass(frozen=True)
-class Expect:
-    """What one board should look like: its type, release and models (inventory variables)."""
-
-    board: catalog.Board
-    models: tuple[ModelExpect, ...] = ()
-    build_id: str | None = None
-    download_mode: int | None = 0
-    prompt: str = SMOKE_PROMPT
-    max_tokens: int = SMOKE_MAX_TOKENS
-    smoke: bool = True
-    rehash: bool = False
-    serve_user: str = "llm"
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_vars(cls, hv: dict[str, Any]) -> Expect:
-        """Build from the ``edge_llm_*`` variables of one host (group_vars + host overrides)."""
-        board_id = hv.get("edge_llm_board")
-        if not board_id:
-            raise ValueError("edge_llm_board is not set for this host: put it in a board group "
-                             "(iq_8275_evk, iq_9075_evk) or set edge_llm_board in host_vars")
-        board = catalog.board(str(board_id))
-        facts = hv.get("edge_llm_board_facts") or {}
-        overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in facts.items()
-                     if k in {f.name for f in dataclasses.fields(catalog.Board)}}
-        if overrides:
-            board = dataclasses.replace(board, **overrides)
-        dm = hv.get("edge_llm_download_mode", 0)
-        return cls(
-            board=board,
-            models=tuple(ModelExpect.from_vars(m) for m in hv.get("edge_llm_models") or []),
-            build_id=hv.get("edge_llm_expected_build_id") or None,
-            download_mode=None if dm in (None, "", "any") else int(dm),
-            prompt=hv.get("edge_llm_verify_prompt") or SMOKE_PROMPT,
-            max_tokens=int(hv.get("edge_llm_verify_max_tokens") or SMOKE_MAX_TOKENS),
-            smoke=_bool(hv.get("edge_llm_verify_smoke", True)),
-            rehash=_bool(hv.get("edge_llm_verify_rehash", False)),
-            serve_user=hv.get("edge_llm_serve_user") or "llm",
-        )
-
-
-def _bool(value: Any) -> bool:
-    """Ansible-style truthiness for values that may arrive as strings ("false", "no", "0")."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on", "y")
-    return bool(value)
-
-
-# ---------------------------------------------------------------------------------------------
 # The serve config (shared by launch, the smoke inference and benchmark)
 # ---------------------------------------------------------------------------------------------
 
 
-def serve_config(board: catalog.Board, model: ModelExpect, *, index: int = 0, bind: str = "127.0.0.1",
+def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind: str = "127.0.0.1",
                  model_dir: str | None = None, port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
     """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port)."""
     env = layout.run_env(board, model.runtime, model.qairt)
@@ -245,7 +163,7 @@ def serve_config(board: catalog.Board, model: ModelExpect, *, index: int = 0, bi
     return cfg
 
 
-def smoke_run(board: catalog.Board, model: ModelExpect, prompt: str, max_tokens: int | None,
+def smoke_run(board: catalog.Board, model: ModelVars, prompt: str, max_tokens: int | None,
               model_dir: str | None = None) -> dict[str, Any]:
     """argv/env/files for one smoke inference, with ``{work}`` standing for a fresh temp dir on the board."""
     cfg = serve_config(board, model, model_dir=model_dir)
@@ -261,7 +179,7 @@ def smoke_run(board: catalog.Board, model: ModelExpect, prompt: str, max_tokens:
 # ---------------------------------------------------------------------------------------------
 
 
-def probe_spec(expect: Expect, *, only_model: str | None = None, smoke_only: bool = False,
+def probe_spec(expect: HostVars, *, only_model: str | None = None, smoke_only: bool = False,
                model_dir_override: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything the board-side gatherer must read/stat/run for ``expect``, as plain JSON."""
     b = expect.board
@@ -369,7 +287,7 @@ def _human_memlock(value: Any) -> str:
     return f"{n // 1024} KiB" if n >= 1024 else f"{n} B"
 
 
-def identity_checks(expect: Expect, probe: dict[str, Any]) -> list[Check]:
+def identity_checks(expect: HostVars, probe: dict[str, Any]) -> list[Check]:
     b = expect.board
     machine = (_read(probe, "soc0_machine") or "").strip()
     soc_id_text = (_read(probe, "soc_id") or "").strip()
@@ -391,7 +309,7 @@ def identity_checks(expect: Expect, probe: dict[str, Any]) -> list[Check]:
     return [Check("identity", False, detail, "wrong-board")]
 
 
-def evaluate(expect: Expect, probe: dict[str, Any], *, smoke_only: bool = False) -> dict[str, Any]:
+def evaluate(expect: HostVars, probe: dict[str, Any], *, smoke_only: bool = False) -> dict[str, Any]:
     """Turn the raw probe into checks, figures and a verdict (the per-board report row)."""
     b = expect.board
     checks: list[Check] = []
@@ -468,7 +386,7 @@ def _fastrpc_checks(probe: dict[str, Any], user: str) -> list[Check]:
     return out
 
 
-def _limits_checks(expect: Expect, probe: dict[str, Any]) -> list[Check]:
+def _limits_checks(expect: HostVars, probe: dict[str, Any]) -> list[Check]:
     out: list[Check] = []
     shows = probe.get("units_show") or {}
     for m in expect.models:
@@ -529,7 +447,7 @@ def pam_memlock(user: str, texts: list[str], default_kib: int = 8192) -> str | i
     return best["hard"][1] if "hard" in best else default_kib * 1024
 
 
-def _download_mode_check(expect: Expect, probe: dict[str, Any]) -> list[Check]:
+def _download_mode_check(expect: HostVars, probe: dict[str, Any]) -> list[Check]:
     raw = _read(probe, "download_mode")
     value = raw.strip() if raw is not None else None
     if expect.download_mode is None:
@@ -541,7 +459,7 @@ def _download_mode_check(expect: Expect, probe: dict[str, Any]) -> list[Check]:
                   "download-mode")]
 
 
-def _model_checks(expect: Expect, m: ModelExpect, probe: dict[str, Any]) -> list[Check]:
+def _model_checks(expect: HostVars, m: ModelVars, probe: dict[str, Any]) -> list[Check]:
     b = expect.board
     out: list[Check] = []
     missing = (probe.get("exists") or {}).get(f"qairt:{m.name}") or []
@@ -578,7 +496,7 @@ def _model_checks(expect: Expect, m: ModelExpect, probe: dict[str, Any]) -> list
     return out
 
 
-def _model_file_checks(m: ModelExpect, info: dict[str, Any]) -> list[Check]:
+def _model_file_checks(m: ModelVars, info: dict[str, Any]) -> list[Check]:
     name = f"model:{m.name}"
     if not info or not info.get("exists"):
         return [Check(name, False, f"{layout.model_current(m.name)} missing", "model-missing")]
@@ -624,7 +542,7 @@ def _model_file_checks(m: ModelExpect, info: dict[str, Any]) -> list[Check]:
     return [Check(name, True, f"{version or '?'}: {len(files)} file(s), {total} bytes, sha256 ok")]
 
 
-def _genie_config_check(b: catalog.Board, m: ModelExpect, info: dict[str, Any]) -> Check:
+def _genie_config_check(b: catalog.Board, m: ModelVars, info: dict[str, Any]) -> Check:
     name = f"genie-config:{m.name}"
     cfg = (info.get("json") or {}).get("htp_backend_ext_config.json")
     if not isinstance(cfg, dict):
@@ -638,7 +556,7 @@ def _genie_config_check(b: catalog.Board, m: ModelExpect, info: dict[str, Any]) 
     return Check(name, True, f"soc_model {soc_model}, dsp_arch {arch}")
 
 
-def smoke_check(m: ModelExpect, run: dict[str, Any]) -> tuple[Check, dict[str, Any]]:
+def smoke_check(m: ModelVars, run: dict[str, Any]) -> tuple[Check, dict[str, Any]]:
     """Judge one smoke inference: exit status, figures vs floors, coherent text, log signatures."""
     name = f"smoke:{m.name}"
     stdout = run.get("stdout") or ""
@@ -672,7 +590,7 @@ def smoke_check(m: ModelExpect, run: dict[str, Any]) -> tuple[Check, dict[str, A
     return Check(name, True, f"decode {dec} tok/s, TTFT {ttft} s, coherent"), fig
 
 
-def benchmark_summary(expect: Expect, repeats: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def benchmark_summary(expect: HostVars, repeats: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Median decode tok/s and TTFT per model over repeated smoke runs (failed runs are counted, not averaged)."""
     import statistics
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner import layout
-from provisioner.fleet.checks import Expect, serve_config
+from provisioner.contracts.inventory import HostVars
+from provisioner.fleet.checks import serve_config
 from provisioner.fleet.onboard import SERVE_SCRIPT
 
 SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
@@ -57,7 +58,7 @@ def dropin_text(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def units(expect: Expect, *, bind: str = "127.0.0.1", port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
+def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
     """Everything launch.yml writes for a board: script source, unit, and per model config + drop-in."""
     instances = []
     for i, m in enumerate(expect.models):

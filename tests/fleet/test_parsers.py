@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from provisioner.fleet.onboard import serve
+from provisioner.contracts.inventory import ModelVars
 from provisioner.fleet import checks
+from provisioner.fleet.onboard import serve
 
 # What litert_lm_main printed in seed 000 (Ubuntu, ~28 tok/s, values with "~").
 LITERT_UBUNTU = """Qualcomm is a global technology company that designs, develops, and sells wireless
@@ -100,7 +101,7 @@ def test_log_signatures_map_to_seed_diagnoses(log, runtime, key):
 
 
 def test_smoke_check_flags_slow_decode_as_missing_burst():
-    m = checks.ModelExpect(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
+    m = ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
                            min_decode_tok_s=25.6, max_ttft_s=0.5)
     slow = LITERT_UBUNTU.replace("~28 tokens/sec", "16.1 tokens/sec")
     check, fig = checks.smoke_check(m, {"rc": 0, "stdout": slow, "stderr": "W dispatch] Null Qualcomm options"})

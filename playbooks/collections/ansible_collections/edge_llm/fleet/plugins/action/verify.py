@@ -13,9 +13,11 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 try:
+    from provisioner.contracts import inventory
     from provisioner.fleet import checks
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[7]))
+    from provisioner.contracts import inventory
     from provisioner.fleet import checks
 
 
@@ -27,7 +29,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:
-            expect = checks.Expect.from_vars(dict(args.get("expect") or {}))
+            expect = inventory.HostVars.from_vars(dict(args.get("expect") or {}))
         except (ValueError, TypeError) as exc:
             raise AnsibleActionFail(f"edge_llm_verify: {exc}") from exc
         except Exception as exc:  # UserError from the catalog (unknown board id)

@@ -13,10 +13,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from provisioner.fleet import artifacts, checks, service
+    from provisioner.contracts import inventory
+    from provisioner.fleet import artifacts, service
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[7]))
-    from provisioner.fleet import artifacts, checks, service
+    from provisioner.contracts import inventory
+    from provisioner.fleet import artifacts, service
 
 
 def deploy_plan(index, models, board_id, staging="/opt/edge-llm/.staging"):
@@ -35,7 +37,7 @@ def model_paths(name):
 
 def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
     try:
-        expect = checks.Expect.from_vars(dict(expect_vars))
+        expect = inventory.HostVars.from_vars(dict(expect_vars))
     except Exception as exc:
         raise AnsibleFilterError(f"serve_units: {exc}") from exc
     return service.units(expect, bind=bind, port_base=int(port_base))

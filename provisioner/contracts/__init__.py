@@ -1,0 +1,12 @@
+"""Typed contracts between the stages: what one stage hands to the next.
+
+The stages (manifest/catalog -> plan -> artifacts -> image -> station -> fleet) import these
+modules and never each other, so a file's format is defined in exactly one place:
+
+- :mod:`provisioner.contracts.release`: ``release.json`` (the image stage writes it; station and
+  fleet read models, pins and thresholds from it);
+- :mod:`provisioner.contracts.inventory`: the ``edge_llm_*`` Ansible inventory variables, the
+  group name of a board type, the decode/TTFT threshold rule and the only inventory writer;
+- :mod:`provisioner.contracts.pins`: the LiteRT-LM revision, QAIRT pin, tarball and recipe names
+  the provisioner and the Yocto layer must agree on.
+"""
