@@ -1,7 +1,7 @@
-"""Build hook: a wheel carries ``layers/`` and ``playbooks/`` as ``provisioner/_shipped/``.
+"""Build hook: a wheel carries ``layers/``, ``kas/`` and ``playbooks/`` as ``provisioner/_shipped/``.
 
-A wheel can only hold files inside its packages, and the tool needs the Yocto layer (render, the
-on-board service) and the playbooks (fleet) when installed with ``pip install .`` or pipx, where no
+A wheel can only hold files inside its packages, and the tool needs the Yocto layer and kas templates
+(render, the on-board service) and the playbooks (fleet) when installed with ``pip install .`` or pipx, where no
 checkout sits beside the package. :mod:`provisioner.shipped` looks there when no checkout exists.
 Everything else is in pyproject.toml.
 """
@@ -15,7 +15,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-SHIPPED = ("layers", "playbooks")
+SHIPPED = ("layers", "kas", "playbooks")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
 
 

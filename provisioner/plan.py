@@ -22,12 +22,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from provisioner import catalog, layout
+from provisioner import catalog, layout, shipped
 from provisioner.errors import RenderError
 from provisioner.manifest import Manifest, Model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LAYER_DIR = REPO_ROOT / "layers" / "meta-edge-llm"
+LAYER_DIR = shipped.layer_dir()
 MODELCHECK_PATH = LAYER_DIR / "lib" / "edgellm" / "modelcheck.py"
 IMAGE_RECIPE = "edge-llm-image"
 DISTRO_IMAGE_INCLUDE = "ci/qcom-distro-multimedia-image.yml"

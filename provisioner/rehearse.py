@@ -25,7 +25,7 @@ from typing import Any
 import requests
 import yaml
 
-from provisioner import catalog
+from provisioner import catalog, tools
 from provisioner.errors import UserError
 from provisioner.manifest import Manifest, load_manifest
 from provisioner.steps import Step, StepResult, StepRunner
@@ -39,7 +39,8 @@ FAULT_RUNTIME = {"no-burst": "litert_lm", "soc-config-14001": "litert_lm", "wron
 CONSOLE_PASSWORD_ENV = "PROVISIONER_REHEARSAL_CONSOLE_PASSWORD"
 SERVE_PORT_BASE = 18080   # boards share the host network in the simulator: one port block per board
 HOST_TOOLS = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("mkfs.ext4", "e2fsprogs"),
-              ("debugfs", "e2fsprogs"), ("unshare", "util-linux"), ("ansible-playbook", "ansible-core"))
+              ("debugfs", "e2fsprogs"), ("unshare", "util-linux"))
+PYTHON_TOOLS = ("ansible-playbook", "ansible-inventory")   # ansible-core, a pip dependency of this tool
 
 
 class RehearsalError(UserError):
@@ -192,6 +193,8 @@ class Rehearsal:
             pkgs = " ".join(sorted(set(missing)))
             raise RehearsalError(f"missing host packages for virtual boards: {pkgs}",
                                  f"apt-get install -y {pkgs}")
+        for prog in PYTHON_TOOLS:
+            tools.require(prog, error=RehearsalError)
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         return "root, sshd, e2fsprogs, unshare, ansible-playbook present"
 

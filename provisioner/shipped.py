@@ -1,7 +1,8 @@
-"""Where the files this tool ships that are not Python live: the Yocto layer and the playbooks.
+"""Where the files this tool ships that are not Python live: the Yocto layer, the kas templates
+and the playbooks.
 
-In a source checkout (and an editable install) they are ``layers/`` and ``playbooks/`` beside the
-``provisioner`` package. A wheel (``pip install .``, pipx) carries a copy of both under
+In a source checkout (and an editable install) they are ``layers/``, ``kas/`` and ``playbooks/`` beside the
+``provisioner`` package. A wheel (``pip install .``, pipx) carries a copy of the three under
 ``provisioner/_shipped/`` (``setup.py``'s build step puts it there), because a wheel can only hold
 files inside its packages. One function per tree, so no module guesses a ``parents[N]``.
 """
@@ -18,7 +19,7 @@ LAYER_NAME = "meta-edge-llm"
 
 
 def _root(tree: str) -> Path:
-    """The directory holding ``tree`` (``layers`` or ``playbooks``): the checkout's, else the wheel's."""
+    """The directory holding ``tree`` (``layers``, ``kas``, ``playbooks``): the checkout's, else the wheel's."""
     if (_CHECKOUT / tree).is_dir():
         return _CHECKOUT / tree
     return _WHEEL / tree
@@ -32,6 +33,11 @@ def layers_dir() -> Path:
 def layer_dir() -> Path:
     """The meta-edge-llm layer: the one source of everything the image installs."""
     return layers_dir() / LAYER_NAME
+
+
+def kas_dir() -> Path:
+    """``kas/``: the kas file templates render fills in."""
+    return _root("kas")
 
 
 def playbook_dir() -> Path:

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner import tools
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import PLAYBOOK_DIR
-from provisioner.process import run_streaming, which
+from provisioner.process import run_streaming
 
 ACTIONS = {
     "verify": "verify.yml",
@@ -108,7 +109,7 @@ def build_argv(action: str, inventory: Path | str, *, limit: str | None = None, 
                playbook_dir: Path = PLAYBOOK_DIR) -> list[str]:
     if action not in ACTIONS:
         raise FleetError(f"unknown fleet action '{action}'", f"use one of: {', '.join(ACTIONS)}")
-    exe = which("ansible-playbook", "ansible-playbook", "pip install ansible-core")
+    exe = tools.require("ansible-playbook", error=FleetError)
     argv = [exe, "-i", str(inventory), str(playbook_dir / ACTIONS[action])]
     if limit:
         argv += ["--limit", limit]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import layout
+from provisioner import layout, shipped
 from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import BuildError
 from provisioner.ui import Reporter
@@ -46,7 +46,7 @@ TARGET_DISPATCH = "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so"
 LFS_LIB = "prebuilt/linux_arm64/libGemmaModelConstraintProvider.so"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 EM_AARCH64 = 183
-PATCH_DIR = Path(__file__).resolve().parents[2] / "layers" / "meta-edge-llm" / "recipes-ai" / "litert-lm" / "files"
+PATCH_DIR = shipped.layer_dir() / "recipes-ai" / "litert-lm" / "files"
 # where bazel puts each output (relative to bazel-bin); searched by name if not there
 OUTPUTS = {
     "bin/litert_lm_main": ["runtime/engine/litert_lm_main"],

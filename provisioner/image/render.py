@@ -31,18 +31,18 @@ from typing import Any
 import jinja2
 import yaml
 
+from provisioner import shipped, tools
 from provisioner.errors import RenderError
 from provisioner.manifest import Manifest
 from provisioner.plan import (
     DEBUG_LOGIN_FEATURES,
     LAYER_DIR,
-    REPO_ROOT,
     Plan,
     make_plan,
     release_json_text,
 )
 
-TEMPLATES = REPO_ROOT / "kas"
+TEMPLATES = shipped.kas_dir()
 MAIN_FILE = "edge-llm.yml"
 LOCAL_FILE = "edge-llm-local.yml"
 LAYER_NAME = "meta-edge-llm"
@@ -62,15 +62,14 @@ _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 class RenderResult:
     """What render wrote. ``kas_file`` is the one file to hand to ``kas``/``kas-container build``.
 
-    ``files`` are the kas YAML files (what a release directory keeps under ``kas/``); ``layer_files``
+    ``kas_files`` are the kas YAML files (what a release directory keeps under ``kas/``); ``layer_files``
     are the copied and generated layers under ``<out_dir>/layers/`` (the build mounts them).
     """
 
     kas_file: Path
-    files: list[Path]
+    kas_files: list[Path]
     plan: Plan
     out_dir: Path
-    kas_files: list[Path] = field(default_factory=list)
     layer_files: list[Path] = field(default_factory=list)
     snippets: dict[str, str] = field(default_factory=dict)
     repo_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -80,7 +79,7 @@ class RenderResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"kas_file": str(self.kas_file), "kas_files": [str(p) for p in self.kas_files],
-                "files": [str(p) for p in self.files], "layer_files": len(self.layer_files),
+                "layer_files": len(self.layer_files),
                 "out_dir": str(self.out_dir), "plan": self.plan.as_dict(),
                 "local_conf_header": sorted(self.snippets), "repo_overrides": self.repo_overrides}
 
@@ -283,8 +282,8 @@ def render(manifest: Manifest, out_dir: Path, *, repo_overrides: dict[str, dict[
 
     layer_files = sorted(p for p in (out_dir / "layers").rglob("*") if p.is_file())
     kas_files = [out_dir / MAIN_FILE] + ([out_dir / LOCAL_FILE] if overrides else [])
-    return RenderResult(kas_file=kas_files[-1], files=list(kas_files), plan=plan, out_dir=out_dir,
-                        kas_files=kas_files, layer_files=layer_files, snippets=snippets, repo_overrides=overrides)
+    return RenderResult(kas_file=kas_files[-1], kas_files=kas_files, plan=plan, out_dir=out_dir,
+                        layer_files=layer_files, snippets=snippets, repo_overrides=overrides)
 
 
 def render_lines(result: RenderResult) -> list[str]:
@@ -319,7 +318,8 @@ def validate_with_kas(result: RenderResult, repo_overrides: dict[str, dict[str, 
                                                         "KAS_REPO_REF_DIR", "SSL_CERT_FILE", "GIT_SSL_CAINFO")}
     env["KAS_WORK_DIR"] = str(wd)
     env.setdefault("HOME", str(wd))
-    proc = subprocess.run(["kas", "dump", "--resolve-refs", str(kas_file)], cwd=wd, env=env, capture_output=True,
+    kas = tools.require("kas", error=RenderError)
+    proc = subprocess.run([kas, "dump", "--resolve-refs", str(kas_file)], cwd=wd, env=env, capture_output=True,
                           text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         err = [ln for ln in proc.stderr.splitlines() if ln.strip()]

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from provisioner.fleet.onboard import serve
 from provisioner.fleet.api import run_fleet
+from provisioner.fleet.onboard import serve
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 
 pytestmark = [pytest.mark.root, pytest.mark.slow,
