@@ -19,8 +19,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from provisioner.image.bitbake_log import BitbakeProgress, parse_log  # noqa: E402
-from provisioner.image.build import _stream  # noqa: E402
-from provisioner.ui import Reporter  # noqa: E402
+from provisioner.process import GracefulStop, run_streaming  # noqa: E402
 
 RECIPES = ["zlib-1.3.1-r0", "gcc-15.2.0-r0", "linux-qcom-6.18-r0", "glibc-2.42-r0",
            "qairt-runtime-2.44.0.260225-r0", "systemd-258-r0", "python3-3.13.5-r0", "qcom-multimedia-image-1.0-r0"]
@@ -68,13 +67,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "in.log"
         log.write_text("\n".join(lines) + "\n")
-        quiet = Reporter(quiet=True)
 
         def stream(on_line) -> float:
             out = Path(d) / "out.log"
             out.unlink(missing_ok=True)
             t = time.perf_counter()
-            _stream(["cat", str(log)], {"PATH": "/usr/bin:/bin"}, on_line, out, 5, quiet)
+            run_streaming(["cat", str(log)], on_line=on_line, log_path=out, env={"PATH": "/usr/bin:/bin"},
+                          graceful=GracefulStop(grace_s=5))
             return time.perf_counter() - t
 
         base = min(stream(lambda _ln: None) for _ in range(3))

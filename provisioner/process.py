@@ -7,12 +7,20 @@ whole process group (qdl, for one, waits forever for a missing device).
 A child that must not outlive us (qdl: an orphan keeps writing the board and holds its USB
 interface) is started with a parent-death signal, and :func:`start_id` names a process by pid
 *and* start time so a later run can tell a survivor from an unrelated process that reused the pid.
+
+A child that must close down cleanly (bitbake writes its caches when it gets SIGINT) is given a
+:class:`GracefulStop`: Ctrl-C then asks it to stop and waits, and only escalates after a grace
+period. This is the one process runner: build, litert build, station flash and fleet use it.
+
+Children get the environment the caller passes (:func:`provisioner.context.child_env` builds the
+whitelisted one); ``env=None`` inherits ours, which only tests and benchmarks should rely on.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -78,6 +86,22 @@ def start_id(pid: int) -> str | None:
     return f"{boot}:{fields[19]}"
 
 
+@dataclass(frozen=True)
+class GracefulStop:
+    """Ctrl-C policy for a child that must finish or cancel its work itself (bitbake under kas).
+
+    ``run_streaming`` (which otherwise SIGTERMs at once, then SIGKILLs after 5 s) sends SIGINT to
+    the group, keeps reading for ``grace_s``, then runs ``stop_argv`` (e.g. ``docker stop <name>``
+    for a container whose engine client died), then SIGTERM and SIGKILL. A second Ctrl-C skips the
+    current wait. ``notice`` is told once, when the wait starts; ``label`` names the child in the log.
+    """
+
+    grace_s: float = 120.0
+    stop_argv: Sequence[str] | None = None
+    notice: Callable[[], None] | None = None
+    label: str = "the program"
+
+
 def which(program: str, what: str, hint: str) -> str:
     """Absolute path of ``program`` or a UserError saying how to get it."""
     found = shutil.which(program)
@@ -98,6 +122,7 @@ def run_streaming(
     stop: threading.Event | None = None,
     die_with_parent: bool = False,
     on_start: Callable[[int], None] | None = None,
+    graceful: GracefulStop | None = None,
 ) -> Result:
     """Run ``argv``, feeding each output line (stdout+stderr merged) to ``on_line``.
 
@@ -110,6 +135,10 @@ def run_streaming(
     included). ``on_start(pid)`` is called once the child runs. A log that cannot be written
     (full disk) stops being written, but the child keeps being read to its end: the child's
     work (a board being flashed) matters more than its log, and the caller gets ``log_error``.
+
+    ``graceful``: how Ctrl-C stops the child (see :class:`GracefulStop`); the KeyboardInterrupt is
+    re-raised once the child is gone. The log is then flushed whenever the reader has caught up
+    (a build prints 200,000 lines) rather than after every line.
     """
     argv = [str(a) for a in argv]
     start = time.monotonic()
@@ -163,26 +192,41 @@ def run_streaming(
                     return
 
         threading.Thread(target=_watch, name=f"stop-{proc.pid}", daemon=True).start()
+
+    def write_log(raw: str, flush: bool) -> None:
+        nonlocal log, log_error
+        if log:
+            try:
+                log.write(raw if raw.endswith("\n") else raw + "\n")
+                if flush:
+                    log.flush()
+            except OSError as exc:
+                log_error = f"{log_path}: {exc.strerror}"
+                _close_quietly(log)
+                log = None
+
+    def take(raw: str, flush: bool = True) -> None:
+        write_log(raw, flush)
+        tail.append(raw.rstrip("\n"))
+        if len(tail) > tail_lines:
+            del tail[0]
+        if on_line:
+            on_line(tail[-1])
+
+    def note(text: str) -> None:       # our own lines in the child's log, not fed to the parser
+        write_log(f"### provisioner: {text}", True)
+
     try:
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip("\n")
-            if log:
-                try:
-                    log.write(raw if raw.endswith("\n") else raw + "\n")
-                    log.flush()
-                except OSError as exc:
-                    log_error = f"{log_path}: {exc.strerror}"
-                    _close_quietly(log)
-                    log = None
-            tail.append(line)
-            if len(tail) > tail_lines:
-                del tail[0]
-            if on_line:
-                on_line(line)
+        if graceful is None:
+            for raw in proc.stdout:
+                take(raw)
+        else:
+            _read_gracefully(proc, take, note, graceful, env)
         proc.wait()
     except KeyboardInterrupt:
-        _terminate(proc)
+        if graceful is None:
+            _terminate(proc)
         raise
     finally:
         if timer:
@@ -191,6 +235,79 @@ def run_streaming(
             _close_quietly(log)
     return Result(argv, proc.returncode, time.monotonic() - start, timed_out.is_set(), tuple(tail),
                   stopped.is_set(), log_error)
+
+
+def _read_gracefully(proc: subprocess.Popen, take: Callable[..., None], note: Callable[[str], None],
+                     how: GracefulStop, env: Mapping[str, str] | None) -> None:
+    """Feed ``proc``'s lines to ``take`` until EOF; on Ctrl-C stop the child the way ``how`` says.
+
+    Lines come through a reader thread so the waits after Ctrl-C can have deadlines.
+    """
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    lines: queue.Queue[str | None] = queue.Queue(maxsize=10000)
+
+    def reader() -> None:
+        for raw in stdout:
+            lines.put(raw)
+        lines.put(None)
+
+    threading.Thread(target=reader, name=f"read-{proc.pid}", daemon=True).start()
+
+    def drain(deadline: float | None) -> bool:
+        """Consume lines until EOF (True) or the deadline passes (False)."""
+        while True:
+            try:
+                raw = lines.get(timeout=0.5 if deadline is None else max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                continue
+            if raw is None:
+                return True
+            take(raw, flush=lines.empty())   # people `tail -f` the log: flush once caught up
+
+    def wait(seconds: float) -> bool:
+        try:
+            return drain(time.monotonic() + seconds)
+        except KeyboardInterrupt:          # a second Ctrl-C: do not wait any longer
+            return False
+
+    try:
+        drain(None)
+        return
+    except KeyboardInterrupt:
+        pass
+    note(f"Ctrl-C, asking {how.label} to stop (SIGINT)")
+    if how.notice:
+        how.notice()
+    _signal_group(proc.pid, signal.SIGINT)
+    done = wait(how.grace_s)
+    if not done and how.stop_argv:
+        note(" ".join(how.stop_argv))
+        try:
+            subprocess.run(list(how.stop_argv), capture_output=True, timeout=30,
+                           env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        done = wait(10)
+    if not done:
+        _signal_group(proc.pid, signal.SIGTERM)
+        if not wait(10):
+            _signal_group(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    note(f"{how.label} stopped by the user")
+    raise KeyboardInterrupt
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _close_quietly(f: object) -> None:

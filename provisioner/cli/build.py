@@ -24,11 +24,14 @@ def command(manifest: Path, out_dir: Path, config: Path | None, dry_run: bool, a
     Shared folders (KAS_WORK_DIR, KAS_BUILD_DIR, DL_DIR, SSTATE_DIR, KAS_REPO_REF_DIR) persist
     between builds; an interrupted build resumes with the same command.
     """
-    from provisioner.image.build import BuildPlan, build, load_host_config
+    from provisioner import context
+    from provisioner.image.build import BuildPlan, build
+    from provisioner.image.host_config import load_host_config
 
     reporter = Reporter(quiet=as_json)
-    host = load_host_config(config) if config else None
-    result = build(manifest, out_dir, dry_run=dry_run, reporter=reporter, host_config=host)
+    ctx = context.current()
+    host = load_host_config(config, env=ctx.env) if config else None
+    result = build(manifest, out_dir, dry_run=dry_run, reporter=reporter, host_config=host, env=ctx.env)
     if isinstance(result, BuildPlan):
         if as_json:
             print_json(result.as_dict())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -40,14 +39,15 @@ def serve_cmd(sstate_dir: Path | None, port: int, hashserv_port: int, bind: str,
               write_port: int | None, advertise: str | None, db: Path | None, bitbake_dir: Path | None,
               read_only_hashserv: bool, upstream: str | None, as_json: bool) -> None:
     """Serve this host's sstate and hash equivalence to other build hosts until Ctrl-C."""
+    from provisioner import context
     from provisioner.image import cache
-    from provisioner.image.build import load_host_config
+    from provisioner.image.host_config import load_host_config
 
-    host = load_host_config()
+    ctx = context.current()
+    host = load_host_config(env=ctx.env)
     if sstate_dir is None:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        sstate_dir = Path(host.get("sstate_dir") or base / "edge-llm" / "sstate")
-    work = host.get("work_dir") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edge-llm" / "kas"
+        sstate_dir = Path(host.get("sstate_dir") or ctx.cache_dir / "sstate")
+    work = host.get("work_dir") or ctx.cache_dir / "kas"
     exe = cache.find_hashserv(bitbake_dir=bitbake_dir, work_dir=Path(work))
     reporter = Reporter(quiet=as_json)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
+from provisioner import context
 from provisioner.ui import Reporter, print_json, stdout
 
 
@@ -15,14 +15,13 @@ def command() -> None:
     """LiteRT-LM runtime for the image (patched litert_lm_main + libraries)."""
 
 
-def _default_out() -> Path:
-    from provisioner.image.build import load_host_config
+def _default_out(ctx: context.RunContext) -> Path:
+    from provisioner.image.host_config import load_host_config
 
-    host = load_host_config()
+    host = load_host_config(env=ctx.env)
     if host.get("dl_dir"):
         return Path(host["dl_dir"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "edge-llm" / "downloads"
+    return ctx.cache_dir / "downloads"
 
 
 @command.command("build")
@@ -44,11 +43,11 @@ def build_cmd(work: Path | None, qairt_sdk: str | None, out: Path | None, source
     """Clone, patch (1-3) and bazel-build LiteRT-LM; write the runtime tarball the recipe packages."""
     from provisioner.image import litert
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edge-llm"
+    ctx = context.current()
     opts = litert.LitertOptions(
-        work=(work or cache / "litert-lm").resolve(), out=(out or _default_out()).resolve(), qairt_sdk=qairt_sdk,
-        source=source, rev=rev or litert.PINNED_COMMIT, patches=(patches or litert.PATCH_DIR).resolve(),
-        allow_cross=allow_cross,
+        work=(work or ctx.cache_dir / "litert-lm").resolve(), out=(out or _default_out(ctx)).resolve(),
+        qairt_sdk=qairt_sdk or ctx.get("LITERT_QAIRT_SDK"), source=source, rev=rev or litert.PINNED_COMMIT,
+        patches=(patches or litert.PATCH_DIR).resolve(), allow_cross=allow_cross, env=ctx.env,
     )
     result = litert.litert_build(opts, dry_run=dry_run, reporter=Reporter(quiet=as_json))
     if isinstance(result, list):

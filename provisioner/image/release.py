@@ -408,9 +408,14 @@ def _model_entries(manifest: Any) -> list[dict[str, Any]]:
             else:
                 size = m.path.stat().st_size
                 sha = sha256_file(m.path)
+        info = catalog.models().get(m.reference or m.name)
         out.append({
-            "name": m.name, "kind": m.kind, "qairt": m.qairt, "sha256": sha, "size": size,
+            "name": m.name, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt,
+            "chat_template": m.chat_template or (info.chat_template if info else "plain"),
+            "file": m.filename if m.kind == "litertlm" else None, "sha256": sha, "size": size,
             "version": layout.model_version_id(sha, manifest.release),
+            # the verify floors travel with the release, so station and fleet never read the manifest
+            "min_decode_tok_s": manifest.min_decode_tok_s(m), "max_ttft_s": manifest.max_ttft_s(m),
         })
     return out
 

@@ -42,7 +42,7 @@ def test_two_renders_of_one_manifest_are_byte_identical(tmp_path):
     text = (tmp_path / "a" / MAIN_FILE).read_text()
     assert "DATETIME" not in text.replace("local-${DATETIME}", "")  # only quoted in the explanation
     assert str(tmp_path) not in text  # no absolute render path: the container mounts it elsewhere
-    assert a.kas_file == (tmp_path / "a" / MAIN_FILE).resolve() and b.files
+    assert a.kas_file == (tmp_path / "a" / MAIN_FILE).resolve() and b.kas_files
 
 
 def test_kas_file_is_valid_kas_and_carries_the_release_pins(tmp_path):
