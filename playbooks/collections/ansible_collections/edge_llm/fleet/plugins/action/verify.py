@@ -1,24 +1,23 @@
 """Controller side of edge_llm.fleet.verify: build the probe spec, run the board module once, judge the result.
 
-All board knowledge (layout paths, thresholds, output parsers, the seeds' failure signatures) is in
+All board knowledge (layout paths, thresholds, output parsers, the known failure signatures) is in
 provisioner.fleet.checks; this plugin only moves data between it and the board.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+# The rules live in the provisioner package, which this collection declares (requirements.txt)
+# instead of reaching into a checkout: the built collection runs on any controller that has it.
 try:
     from provisioner.contracts import inventory
     from provisioner.fleet import checks
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[7]))
-    from provisioner.contracts import inventory
-    from provisioner.fleet import checks
+except ImportError as exc:
+    _MISSING = f"{exc}"
+else:
+    _MISSING = ""
 
 
 class ActionModule(ActionBase):
@@ -26,6 +25,9 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("expect", "only_model", "smoke_only", "model_dir", "keep_probe", "repeat"))
 
     def run(self, tmp=None, task_vars=None):
+        if _MISSING:
+            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
+                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:

@@ -7,21 +7,27 @@ serve_units: per model the edge-llm-serve config, unit name and systemd drop-in 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
 
+# The rules live in the provisioner package, which this collection declares (requirements.txt)
+# instead of reaching into a checkout: the built collection runs on any controller that has it.
 try:
     from provisioner.contracts import inventory
     from provisioner.fleet import artifacts, service
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[7]))
-    from provisioner.contracts import inventory
-    from provisioner.fleet import artifacts, service
+except ImportError as exc:
+    _MISSING = f"{exc}"
+else:
+    _MISSING = ""
+
+
+def _need_provisioner():
+    if _MISSING:
+        raise AnsibleFilterError("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
+                                 f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
 
 
 def deploy_plan(index, models, board_id, staging="/opt/edge-llm/.staging"):
+    _need_provisioner()
     if not index:
         raise AnsibleFilterError("edge_llm_deploy is empty: pass the artifact index (provisioner fleet deploy "
                                  "--artifacts DIR --artifact-url URL)")
@@ -32,10 +38,12 @@ def deploy_plan(index, models, board_id, staging="/opt/edge-llm/.staging"):
 
 
 def model_paths(name):
+    _need_provisioner()
     return artifacts.model_paths(str(name))
 
 
 def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
+    _need_provisioner()
     try:
         expect = inventory.HostVars.from_vars(dict(expect_vars))
     except Exception as exc:
