@@ -36,7 +36,7 @@ BUILTIN_EXAMPLES = ("gemma4-e2b-iq8275.yaml", "nemotron-nano-iq9075.yaml")
 # Faults that only make sense for one runtime: burst mode and the SoC guard are LiteRT-LM patches,
 # soc_model lives in a Genie bundle's HTP config.
 FAULT_RUNTIME = {"no-burst": "litert_lm", "soc-config-14001": "litert_lm", "wrong-soc-model": "genie"}
-CONSOLE_PASSWORD_ENV = "PROVISIONER_REHEARSAL_CONSOLE_PASSWORD"
+CONSOLE_PASSWORD_FILE = "console.pw"   # in the sim root, mode 0600
 SERVE_PORT_BASE = 18080   # boards share the host network in the simulator: one port block per board
 HOST_TOOLS = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("mkfs.ext4", "e2fsprogs"),
               ("debugfs", "e2fsprogs"), ("unshare", "util-linux"))
@@ -342,14 +342,22 @@ class Rehearsal:
         control.down(self.sim_root)
 
     def _credential(self):
-        """The boards' console password, handed to the station as real stations get it (environment)."""
+        """The boards' console password, handed to the station as a real station gets it from a file.
+
+        A file of mode 0600 in the rehearsal's own folder, not our environment: every child
+        (ansible-playbook, ssh, the virtual boards) would inherit an environment variable.
+        """
         from provisioner.sim.board import VirtualBoard
         from provisioner.station.config import Credential
 
         if self._cred is None:
             serial = self.lanes[0].serials[0]
-            os.environ[CONSOLE_PASSWORD_ENV] = VirtualBoard.load(self.sim_root, serial).data["root_password"]
-            self._cred = Credential(env=CONSOLE_PASSWORD_ENV)
+            path = self.sim_root / CONSOLE_PASSWORD_FILE
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(f.fileno(), 0o600)   # an older file keeps its mode through O_TRUNC
+                f.write(VirtualBoard.load(self.sim_root, serial).data["root_password"] + "\n")
+            self._cred = Credential(env=None, file=path)
         return self._cred
 
     def _console(self, serial: str) -> str:
