@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
+from provisioner.contracts import inventory
 from provisioner.errors import ManifestError
 from provisioner.yamlsafe import YamlError, load_yaml
 
@@ -109,12 +110,12 @@ class BuildSettings:
 
 @dataclass(frozen=True)
 class VerifyThresholds:
-    prompt: str = "Explain in two sentences what an NPU is."
-    max_tokens: int = 128
+    prompt: str = inventory.SMOKE_PROMPT
+    max_tokens: int = inventory.SMOKE_MAX_TOKENS
     min_decode_tok_s: float | None = None
     max_ttft_s: float | None = None
     os: str = "qli"
-    tolerance: float = 0.8
+    tolerance: float = inventory.DEFAULT_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -134,20 +135,20 @@ class Manifest:
     warnings: tuple[Problem, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def thresholds(self, model: Model) -> tuple[float | None, float | None]:
+        """(decode floor, TTFT ceiling) for ``model``: the verify section on the catalog's reference figures."""
+        v = self.verify
+        return inventory.model_thresholds(self.board, model.reference or model.name, os_name=v.os,
+                                          tolerance=v.tolerance, min_decode_tok_s=v.min_decode_tok_s,
+                                          max_ttft_s=v.max_ttft_s)
+
     def min_decode_tok_s(self, model: Model) -> float | None:
         """Decode floor for ``model``: explicit threshold, else catalog reference x tolerance."""
-        if self.verify.min_decode_tok_s is not None:
-            return self.verify.min_decode_tok_s
-        ref = self.board.expected(model.reference or model.name, self.verify.os)
-        return round(ref.decode_tok_s * self.verify.tolerance, 2) if ref else None
+        return self.thresholds(model)[0]
 
     def max_ttft_s(self, model: Model) -> float | None:
-        if self.verify.max_ttft_s is not None:
-            return self.verify.max_ttft_s
-        ref = self.board.expected(model.reference or model.name, self.verify.os)
-        if ref and ref.ttft_s is not None:
-            return round(max(ref.ttft_s * 5, 0.5), 3)
-        return None
+        """TTFT ceiling for ``model``: explicit threshold, else from the catalog reference."""
+        return self.thresholds(model)[1]
 
 
 class _Collector:

@@ -441,23 +441,26 @@ class Rehearsal:
         return f"every board showed the flashed BUILD_ID on its console{how}"
 
     def _write_inventory(self) -> Path:
-        from provisioner.fleet.inventory import dump_inventory, manifest_models
+        """The virtual fleet's inventory: per board type, the release it was flashed with (read from release.json)."""
+        from provisioner.contracts import inventory
+        from provisioner.image.release import load_release
         from provisioner.sim import control
 
         path = control.write_inventory(self.sim_root, self.inventory)
         inv = yaml.safe_load(path.read_text(encoding="utf-8"))
         port = SERVE_PORT_BASE
         for lane in self.lanes:
-            group = inv["all"]["children"].get(lane.board.id.replace("-", "_"))
-            if not group:
+            group = inv["all"]["children"].get(inventory.group_name(lane.board.id))
+            if not group or lane.release_dir is None:
                 continue
-            group["vars"] = {"edge_llm_expected_build_id": lane.manifest.release,
-                             "edge_llm_models": manifest_models(lane.manifest),
-                             "edge_llm_download_mode": lane.manifest.image.download_mode}
+            with load_release(lane.release_dir, hash_files=False) as release:
+                group["vars"] = inventory.group_vars(
+                    expected_build_id=release.id, models=inventory.models_from_release(release.models),
+                    download_mode=lane.manifest.image.download_mode)
             for hv in group["hosts"].values():
                 hv["edge_llm_serve_port_base"] = port
                 port += 10
-        path.write_text(dump_inventory(inv), encoding="utf-8")
+        inventory.write_inventory(path, inv)
         return path
 
     def step_verify(self) -> str:
@@ -549,7 +552,7 @@ class Rehearsal:
 
 
 def _diagnosis(row: Any) -> str:
-    """The first failed check in the seed's words: what was measured, why, and what to do."""
+    """The first failed check in plain words: what was measured, why, and what to do."""
     for check in getattr(row, "checks", None) or []:
         if check.get("ok") is False:
             text = check.get("detail") or check.get("check", "")

@@ -199,8 +199,7 @@ def history_cmd(serial: str | None, db: Path | None, config: Path | None, as_jso
 def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path | None, config: Path | None,
                          as_json: bool) -> None:
     """Ansible inventory of boards that passed, grouped per board type (iq_8275_evk, ...)."""
-    import yaml
-
+    from provisioner.contracts.inventory import dump_inventory
     from provisioner.station.records import build_inventory
 
     cfg = _config(config, db=db)
@@ -220,4 +219,4 @@ def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path 
         n = sum(len(g["hosts"]) for g in inv["all"]["children"].values())
         stdout.print(f"wrote {out}: {n} board(s) in {len(inv['all']['children'])} group(s)")
     else:
-        stdout.print(yaml.safe_dump(inv, sort_keys=True), markup=False, highlight=False)
+        stdout.print(dump_inventory(inv), markup=False, highlight=False)

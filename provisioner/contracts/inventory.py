@@ -203,6 +203,16 @@ def _edge_llm_vars(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# release.json model fields an ``edge_llm_models`` entry carries (the release writes them for this)
+RELEASE_MODEL_FIELDS = ("name", "kind", "runtime", "qairt", "chat_template", "file", "size", "sha256",
+                        "min_decode_tok_s", "max_ttft_s")
+
+
+def models_from_release(models: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``edge_llm_models`` for the models of a release.json: its pins, sizes and verify floors, as written."""
+    return [{k: m[k] for k in RELEASE_MODEL_FIELDS if m.get(k) is not None} for m in models]
+
+
 def group_vars(**edge_llm: Any) -> dict[str, Any]:
     """Group-level ``edge_llm_*`` variables (same names and check as :func:`host_vars`)."""
     return _edge_llm_vars(edge_llm)

@@ -10,9 +10,7 @@ files equal the generated ones). Per-host variables override them as usual in An
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +19,9 @@ from typing import Any
 import yaml
 
 from provisioner import catalog, layout, shipped, tools
-from provisioner.errors import FleetError
 from provisioner.contracts import inventory as contract
-from provisioner.contracts.inventory import atomic_write, dump_inventory, group_name
+from provisioner.contracts.inventory import atomic_write, dump_inventory, group_name  # noqa: F401 (fleet API)
+from provisioner.errors import FleetError
 
 PLAYBOOK_DIR = shipped.playbook_dir()
 GROUP_VARS_DIR = PLAYBOOK_DIR / "group_vars"

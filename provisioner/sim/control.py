@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from provisioner import catalog
+from provisioner.contracts import inventory
 from provisioner.errors import SimError
 from provisioner.sim import supervisor, sysfs
 from provisioner.sim.board import FAULTS, VirtualBoard, list_boards, new_serial, next_free_slot, sim_root
@@ -176,27 +177,27 @@ def _root_lock(root: Path):
 def write_inventory(root: str | os.PathLike[str] | None, path: Path | None = None) -> Path:
     """Ansible inventory of every booted board with an SSH address (``<root>/inventory.yml``).
 
-    Groups are the board types (``iq_8275_evk``...), the fleet's convention, so the playbooks'
-    generated group_vars apply; host vars (address, port, controller key, known_hosts, the
-    board's python) come from helper D2's :func:`provisioner.sim.host.inventory_hosts`.
+    Written by the inventory contract's writer, so a virtual board's inventory has the keys a
+    station export has; host connection variables (address, port, controller key, known_hosts,
+    the board's python) come from :func:`provisioner.sim.host.inventory_hosts`.
     """
-    from provisioner.fleet.inventory import atomic_write, dump_inventory, group_name
     from provisioner.sim import host
 
     root_p = sim_root(root)
     booted = {b.serial for b in list_boards(root_p) if b.state == "booted"}
-    groups: dict[str, dict[str, Any]] = {}
+    hosts = []
     for name, hv in sorted(host.inventory_hosts(root_p).items()):
         if hv.get("board_serial") not in booted:
             continue
-        hv = dict(hv, edge_llm_serial=hv.get("board_serial"))
-        groups.setdefault(group_name(hv["board_type"]), {"hosts": {}})["hosts"][name] = hv
-    inv = {"all": {"children": {g: groups[g] for g in sorted(groups)}}}
-    text = dump_inventory(inv)
-    out = Path(path) if path else root_p / "inventory.yml"
-    atomic_write(out, text)
+        connection = {k: v for k, v in hv.items()
+                      if k.startswith("ansible_") and k not in ("ansible_host", "ansible_port", "ansible_user")}
+        hosts.append((name, inventory.host_vars(
+            board=hv["board_type"], address=hv["ansible_host"], port=hv["ansible_port"], user=hv["ansible_user"],
+            serial=hv["board_serial"], connection=connection)))
+    inv = inventory.build_inventory(hosts)
+    out = inventory.write_inventory(Path(path) if path else root_p / "inventory.yml", inv)
     if out != root_p / "inventory.yml":
-        atomic_write(root_p / "inventory.yml", text)
+        inventory.write_inventory(root_p / "inventory.yml", inv)
     return out
 
 

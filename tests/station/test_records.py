@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from provisioner.cli import main
+from provisioner.contracts.inventory import group_name
 from provisioner.errors import StationError
-from provisioner.station.records import INTERRUPTED, PASSED, Records, build_inventory, group_name
+from provisioner.station.records import INTERRUPTED, PASSED, Records, build_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,8 +132,7 @@ def test_inventory_groups_passed_boards_per_board_type(tmp_path):
     assert list(groups) == [group_name("iq-8275-evk")] == ["iq_8275_evk"]
     assert groups["iq_8275_evk"]["hosts"] == {"h0": {
         "ansible_host": "10.0.0.5", "ansible_user": "root", "edge_llm_board": "iq-8275-evk",
-        "edge_llm_release": "r1", "edge_llm_serial": "0AA94E00", "edge_llm_slot": "slot 0",
-        "edge_llm_soc0_machine": "QCS8275"}}
+        "edge_llm_expected_build_id": "r1", "edge_llm_serial": "0AA94E00", "edge_llm_slot": "slot 0"}}
 
 
 def test_history_without_database_is_a_clear_error(tmp_path, capsys):
