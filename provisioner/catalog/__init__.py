@@ -244,17 +244,31 @@ def qairt_url(version: str) -> str:
     return qairt_catalog()["url_pattern"].format(version=version)
 
 
+# ai-hub-models writes tool-versions.yaml as `qairt: <build><time digits>` and sometimes adds a
+# flavour suffix (`2.45.0.260326154327-auto`); context binaries embed `v<build><time digits>`.
+_QAIRT_ID_RE = re.compile(r"^[vV]?(\d+\.\d+\.\d+)\.(\d{6})\d*(?:-([A-Za-z0-9_.]+))?$")
+
+
+def split_qairt(raw: str) -> tuple[str, str | None]:
+    """Split a QAIRT id into its build id and flavour: ``2.45.0.260326154327-auto`` -> ``("2.45.0.260326", "auto")``.
+
+    The runtime (and the manifest's ``qairt``) needs the 6-digit build id; the flavour is only
+    shown beside it. An id that is not a full build id comes back stripped, without a flavour.
+    """
+    text = str(raw).strip()
+    m = _QAIRT_ID_RE.match(text)
+    if not m:
+        return text.lstrip("vV"), None
+    return f"{m.group(1)}.{m.group(2)}", m.group(3)
+
+
 def normalize_qairt(raw: str) -> str:
     """Reduce a QAIRT id to its build id: ``2.45.0.260326154327`` -> ``2.45.0.260326``.
 
-    ``tool-versions.yaml`` and context binaries may carry trailing time digits or a leading
-    ``v``; the runtime needs the 6-digit build id.
+    ``tool-versions.yaml`` and context binaries may carry trailing time digits, a leading ``v``
+    or a flavour suffix (``-auto``); the runtime needs the 6-digit build id.
     """
-    text = str(raw).strip().lstrip("vV")
-    m = re.match(r"^(\d+\.\d+\.\d+)\.(\d{6})\d*$", text)
-    if not m:
-        return text
-    return f"{m.group(1)}.{m.group(2)}"
+    return split_qairt(raw)[0]
 
 
 def is_qairt_build(version: str) -> bool:

@@ -32,10 +32,14 @@ def command(path: Path, board_id: str | None, do_hash: bool, as_json: bool) -> N
     if do_hash:
         from provisioner.artifacts.hashing import artifact_files, hash_files  # threads: only when asked
 
-        files = artifact_files(path)
-        base = path if path.is_dir() else path.parent
-        found = hash_files(files, progress=not as_json and ui.stderr.is_terminal)
-        hashes = {str(p.relative_to(base)): h for p, h in found.items()}
+        if path.is_dir():  # only what the Genie reader confined to the bundle: no symlink out of it is read
+            from provisioner.artifacts.genie import bundle_files
+
+            named = {rel: p for rel, p in bundle_files(path.resolve()) if p is not None}
+        else:
+            named = {p.name: p for p in artifact_files(path)}
+        found = hash_files(list(dict.fromkeys(named.values())), progress=not as_json and ui.stderr.is_terminal)
+        hashes = {rel: found[p] for rel, p in named.items()}
     if as_json:
         ui.print_json({**ins.as_dict(), "sha256": hashes or None})
     else:
@@ -44,6 +48,11 @@ def command(path: Path, board_id: str | None, do_hash: bool, as_json: bool) -> N
         where = f" on {board.id}" if board else ""
         more = f" (+{len(ins.problems) - 1} more)" if len(ins.problems) > 1 else ""
         raise CheckFailed(f"{path}: cannot run{where}: {ins.problems[0]}{more}")
+
+
+def _sampler(sampler: dict[str, object]) -> str:
+    """``seed 42, temp 0.8, top-k 40, top-p 0.95`` in the config's own order and spelling."""
+    return ", ".join(f"{k} {v}" for k, v in sampler.items()) or "-"
 
 
 def _show(ins: Inspection, hashes: dict[str, str]) -> None:
@@ -57,13 +66,18 @@ def _show(ins: Inspection, hashes: dict[str, str]) -> None:
     if ins.kind == "litertlm":
         rows += [("declared size", _mb(ins.declared_size)), ("truncated", "YES" if ins.truncated else "no"),
                  ("NPU only", "yes" if ins.npu_only else "no")]
+    flavour = d.get("qairt_flavour") if ins.kind == "genie" else None
     rows += [
-        ("QAIRT build", ", ".join(ins.qairt_builds) or "-"),
+        ("QAIRT build", (", ".join(ins.qairt_builds) or "-") + (f" (flavour {flavour})" if flavour else "")),
         ("context size", ins.context_size or "-"),
         ("target SoC", ins.target_soc or "-"),
     ]
     if ins.kind == "genie":
-        rows += [("soc_model / dsp_arch", f"{ins.soc_model} / {ins.dsp_arch}"),
+        rows += [("dialog type", d.get("dialog_type") or "-"),
+                 ("backend", d.get("backend") or "-"),
+                 ("n-vocab", d.get("n_vocab") or "-"),
+                 ("sampler", _sampler(d.get("sampler") or {})),
+                 ("soc_model / dsp_arch", f"{ins.soc_model} / {ins.dsp_arch}"),
                  ("perf_profile", d.get("perf_profile") or "-"),
                  ("tool-versions qairt", d.get("tool_versions_qairt") or "-")]
     rows.append(("bytes read", _mb(ins.bytes_read)))
@@ -80,6 +94,10 @@ def _show(ins: Inspection, hashes: dict[str, str]) -> None:
         if d.get("llm_metadata"):
             stdout.print(f"LLM metadata: {d['llm_metadata']}")
     else:
+        if len(d.get("engines") or []) > 1:
+            erows = [(e["where"], e["role"] or "-", e["backend"] or "?", e["processor"] or "?",
+                      e["model_type"] or "?", len(e["files"])) for e in d["engines"]]
+            stdout.print(table("engines", ["engine", "role", "backend", "runs on", "model", "files"], erows))
         frows = [(f["name"], f["role"], "MISSING" if f["size"] is None else f"{f['size']:,}",
                   "yes" if f["referenced"] else "no", f["qairt_build"] or "") for f in d["files"]]
         stdout.print(table("files", ["file", "role", "bytes", "referenced", "QAIRT"], frows))
