@@ -3,7 +3,7 @@
 The board side is a dumb gatherer (``playbooks/library/edge_llm_verify.py``): it reads the files,
 stats the paths, asks systemctl and runs the smoke inference named in a *spec*, and returns raw
 JSON in ONE module call. Everything that knows about boards - the on-board paths
-(:mod:`provisioner.layout`), the thresholds, the runtimes' output formats and the seeds' failure
+(:mod:`provisioner.layout`), the thresholds, the runtimes' output formats and the known failure
 signatures - stays here, in Python, on the controller. That keeps a 50-board verify at one SSH
 round trip per board and keeps the rules testable without a board.
 """
@@ -29,14 +29,20 @@ LIMITS_D = "/etc/security/limits.d"
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The seed-derived cause of a failure and what to do about it."""
+    """The cause of a failure, what to do about it, and a public source the user can open."""
 
     cause: str
     remedy: str
     source: str
 
 
-# symptom key -> diagnosis (notes/boards-and-runtimes.md "Failure signatures", seeds 000-002)
+# Public sources a user can open, shared by several diagnoses
+_FASTRPC_SRC = "meta-qcom recipes-support/fastrpc/fastrpc_1.0.6.bb (ef0004df); github.com/qualcomm/fastrpc"
+_QAIRT_SRC = "QAIRT docs (Qualcomm AI Runtime SDK): HTP backend, context binaries and libQnnHtp*Skel per build"
+_SOC_SRC = "QAIRT docs (Qualcomm AI Runtime SDK): htp_backend_ext_config.json soc_model / dsp_arch"
+_MEMLOCK_SRC = "systemd.exec(5) LimitMEMLOCK=; limits.conf(5) applies to PAM sessions only"
+
+# symptom key -> diagnosis (the failure signatures the runtimes print on QLI 2.0 boards)
 DIAGNOSES: dict[str, Diagnosis] = {
     "wrong-board": Diagnosis("the board is not the type its inventory group says",
                              "move the host to the group of the board it is (or reflash it)", "inventory"),
@@ -45,7 +51,7 @@ DIAGNOSES: dict[str, Diagnosis] = {
                          "release manifest"),
     "fastrpc-missing": Diagnosis("FastRPC userspace or device missing: the runtime cannot reach the cDSP "
                                  "(Genie reports 'Failed to create device: 14001')",
-                                 "install QLI's fastrpc package, enable cdsprpcd.service", "seed 001"),
+                                 "install QLI's fastrpc package, enable cdsprpcd.service", _FASTRPC_SRC),
     "fastrpc-perms": Diagnosis("/dev/fastrpc-cdsp is not what fastrpc's udev rule sets (fastrpc:fastrpc 0660): "
                                "the service user cannot open it, or users outside group fastrpc can",
                                "restore fastrpc's 60-fastrpc.rules (no later rule may change OWNER/GROUP/MODE), "
@@ -55,50 +61,55 @@ DIAGNOSES: dict[str, Diagnosis] = {
     "fastrpc-group": Diagnosis("the inference user is not in group fastrpc: it cannot open /dev/fastrpc-cdsp "
                                "(Genie: 'Failed to create device: 14001')",
                                "usermod -aG fastrpc <user> (the image's EXTRA_USERS_PARAMS / the serve unit's "
-                               "SupplementaryGroups=fastrpc)", "seed 001"),
-    "cdsprpcd": Diagnosis("cdsprpcd.service is not active", "systemctl enable --now cdsprpcd.service", "seed 001"),
+                               "SupplementaryGroups=fastrpc)", _FASTRPC_SRC),
+    "cdsprpcd": Diagnosis("cdsprpcd.service is not active", "systemctl enable --now cdsprpcd.service",
+                          _FASTRPC_SRC),
     "qairt-missing": Diagnosis("the model's exact QAIRT build is not installed (host libs and skel must come from "
                                "the build the context binaries were compiled with)",
                                "deploy QAIRT <version> (provisioner fleet deploy) or rebuild the image with it",
-                               "notes: exact-version rule"),
+                               _QAIRT_SRC),
     "qairt-mismatch": Diagnosis("QAIRT on the board differs from the build the model needs (stub/skel or context "
                                 "binary version mismatch)",
                                 "install the exact QAIRT build and point LD_LIBRARY_PATH/ADSP_LIBRARY_PATH at it",
-                                "notes: exact-version rule"),
+                                _QAIRT_SRC),
     "runtime-missing": Diagnosis("the runtime (litert_lm_main or genie-t2t-run) is not installed where the layout "
                                  "says", "deploy the runtime (provisioner fleet deploy)", "layout"),
     "truncated-model": Diagnosis("the model file is truncated or corrupted (LiteRT: 'TF_LITE_PREFILL_DECODE not "
                                  "found', mmap errors)", "re-download it and check size and sha256 "
-                                 "(provisioner fleet deploy re-fetches it)", "seed 000"),
+                                 "(provisioner fleet deploy re-fetches it)", "release manifest (size, sha256)"),
     "model-missing": Diagnosis("the model is not installed (no current version)",
                                "deploy it (provisioner fleet deploy)", "layout"),
     "soc-model": Diagnosis("htp_backend_ext_config.json / context binaries target another soc_model: loads without "
                            "error, then garbage after the first tokens",
                            "export/compile the bundle for this board (soc_model/dsp_arch from the catalog)",
-                           "seed 002"),
+                           _SOC_SRC),
     "garbage": Diagnosis("output right for a token or two, then garbage: context binary compiled with the wrong "
                          "or generic soc_model (0)",
-                         "recompile with soc_model/dsp_arch set for this board and redeploy", "seed 002"),
+                         "recompile with soc_model/dsp_arch set for this board and redeploy",
+                         _SOC_SRC),
     "memlock": Diagnosis("locked-memory limit too low (QLI default 8 MB); FastRPC must pin ~1.17 GB "
                          "('Could not allocate persistent weights buffer!', cDSP may crash)",
                          "LimitMEMLOCK=infinity for the service (limits.conf does not apply to systemd) and "
-                         "'* - memlock unlimited' in limits.d for shells", "seed 000"),
+                         "'* - memlock unlimited' in limits.d for shells", _MEMLOCK_SRC),
     "soc-config-14001": Diagnosis("LiteRT forces a SoC custom config that QLI's QNN rejects "
                                   "('QnnDevice_create ... 14001')",
-                                  "rebuild litert_lm_main with patch 3 (SoC guard)", "seed 000 / notes"),
+                                  "rebuild litert_lm_main with patch 3 (SoC guard)",
+                                  "layers/meta-edge-llm/recipes-ai/litert-lm/files/0003-htp_backend-let-QNN-detect-the-SoC-on-aarch64.patch"),
     "no-burst": Diagnosis("burst mode never requested on Linux: decode ~16 tok/s, 'Null Qualcomm options'",
-                          "rebuild litert_lm_main with patch 2 (HTP burst on Linux)", "seed 000"),
+                          "rebuild litert_lm_main with patch 2 (HTP burst on Linux)",
+                          "layers/meta-edge-llm/recipes-ai/litert-lm/files/0002-npu-executor-request-HTP-burst-mode-on-Linux.patch"),
     "dispatch-dir": Diagnosis("dispatch library dir not set on Linux ('NPU accelerator could not be loaded')",
-                              "rebuild litert_lm_main with patch 1", "seed 000"),
-    "cpu-backend": Diagnosis("CPU backend asked for an NPU-only model", "run with --backend npu", "seed 000"),
+                              "rebuild litert_lm_main with patch 1",
+                              "layers/meta-edge-llm/recipes-ai/litert-lm/files/0001-litert_util-use-the-dispatch-library-dir-on-Linux.patch"),
+    "cpu-backend": Diagnosis("CPU backend asked for an NPU-only model", "run with --backend npu", "model.json backend"),
     "slow": Diagnosis("decode slower than the reference floor", "check burst mode, thermal state and CPU governor; "
-                      "compare like with like (same output length)", "notes: measured speeds"),
+                      "compare like with like (same output length)", "catalog models.yaml decode floor"),
     "ttft": Diagnosis("time to first token above the floor", "check burst mode and that nothing else uses the NPU",
-                      "notes: measured speeds"),
+                      "catalog models.yaml TTFT ceiling"),
     "download-mode": Diagnosis("qcom_scm download_mode differs from the fleet policy (1 parks a crashed board in "
                                "EDL ramdump 900e until power-cycled)",
                                "echo 0 > /sys/module/qcom_scm/parameters/download_mode, or boot with "
-                               "qcom_scm.download_mode=0", "seed 000"),
+                               "qcom_scm.download_mode=0", "Linux drivers/firmware/qcom/qcom_scm.c download_mode"),
     "smoke-failed": Diagnosis("the smoke inference failed", "read the log tail in the report", "fleet"),
     "probe": Diagnosis("the board could not be probed", "check SSH access and python3 on the board", "fleet"),
 }

@@ -9,7 +9,6 @@ output the same way, and the launch playbook copies this very file to boards wit
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
@@ -21,15 +20,19 @@ _MODULE_NAME = "provisioner.fleet._edge_llm_serve"
 
 
 def _load() -> ModuleType:
-    """Import SERVE_SCRIPT (a file without ``.py``) once, registered so dataclasses resolve it."""
+    """Import SERVE_SCRIPT (a file without ``.py``) once, registered so dataclasses resolve it.
+
+    Compiled in memory: no ``__pycache__`` is written into the layer (or a read-only install).
+    """
     if _MODULE_NAME in sys.modules:
         return sys.modules[_MODULE_NAME]
-    loader = importlib.machinery.SourceFileLoader(_MODULE_NAME, str(SERVE_SCRIPT))
-    spec = importlib.util.spec_from_loader(_MODULE_NAME, loader)
+    spec = importlib.util.spec_from_loader(_MODULE_NAME, loader=None, origin=str(SERVE_SCRIPT))
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(SERVE_SCRIPT)
     sys.modules[_MODULE_NAME] = module
-    loader.exec_module(module)
+    code = compile(SERVE_SCRIPT.read_text(encoding="utf-8"), str(SERVE_SCRIPT), "exec")
+    exec(code, module.__dict__)  # noqa: S102 - our own file, shipped in the layer
     return module
 
 

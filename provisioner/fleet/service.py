@@ -4,7 +4,7 @@ One source for the unit text: the launch playbook writes :func:`unit_text`, and 
 recipe ships ``files/edge-llm-serve@.service`` which a test keeps identical (with the user
 substituted). The per-model drop-in carries what differs per model: the model's QAIRT in
 LD_LIBRARY_PATH/ADSP_LIBRARY_PATH (:func:`provisioner.layout.run_env`) and LimitMEMLOCK=infinity
-again (limits.conf never applies to services; seed 000's 8 MB trap).
+again (limits.conf never applies to services: systemd.exec(5), LimitMEMLOCK=; QLI's default is 8 MB).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def unit_text(user: str = "llm") -> str:
         f"User={user}\n"
         f"SupplementaryGroups={layout.FASTRPC_GROUP}\n"
         f"ExecStart={layout.SERVE_BIN} serve --config {SERVE_CONFIG_DIR}/%i.json\n"
-        "# FastRPC pins ~1.17 GB of weights; limits.conf does not apply to services (seed 000)\n"
+        "# FastRPC pins ~1.17 GB of weights; limits.conf does not apply to services (systemd.exec(5))\n"
         "LimitMEMLOCK=infinity\n"
         "Restart=on-failure\n"
         "RestartSec=2\n"

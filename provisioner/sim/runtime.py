@@ -44,12 +44,12 @@ BOARD_LINK = "board"                       # read-only bind of boards/<serial>/
 SRC_LINK = "src"                           # read-only bind of the directory holding the provisioner package
 PYTHON_LINK = "python3"                    # interpreter every board user may execute
 
-PERSISTENT_WEIGHTS_BYTES = 1_172_307_968   # what FastRPC pins for Gemma-4 E2B (seed 000 err 1002 line)
+PERSISTENT_WEIGHTS_BYTES = 1_172_307_968   # what FastRPC pins for Gemma-4 E2B (its 'err 1002' line)
 QLI_DEFAULT_MEMLOCK = 8192 * 1024          # QLI's `ulimit -l` 8192 (KiB)
 SIM_STUB_MAGIC = "EDGE-LLM-SIM STUB LIBRARY"
 QAIRT_RE = re.compile(rb"v?(2\.\d{1,2}\.\d{1,2}\.\d{6})\d*")
 RUNTIMES = ("litert_lm_main", "genie-t2t-run", "qnn-platform-validator")
-GARBAGE_TOKEN = "alitiesmall"              # seed 002: right first tokens, then one token repeated
+GARBAGE_TOKEN = "alitiesmall"              # wrong soc_model: right first tokens, then one token repeated
 
 
 # --------------------------------------------------------------------------- rootfs helpers (D1, deploy)
@@ -487,7 +487,7 @@ def timing(view: BoardView, model: ModelView, prompt_tokens: int, decode_tokens:
     exp = view.expected(model.model_id)
     base = float(exp["decode_tok_s"])
     if not burst:
-        base = base / 2.0          # DCVS never voted up: ~16 tok/s instead of ~32 (seed 000)
+        base = base / 2.0          # DCVS never voted up: ~16 tok/s instead of ~32 (no burst request)
     if "slow" in view.faults:
         base = base / 2.0
     base *= 1.0 + rng.uniform(-0.02, 0.02)

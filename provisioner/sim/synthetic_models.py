@@ -231,7 +231,7 @@ def make_genie_bundle(dir: str | Path, *, soc_model: int = 77, dsp_arch: str = "
     """Write an AI Hub style Genie export folder at ``dir``.
 
     ``missing``: part numbers (``3``) or file names (``"tokenizer.json"``) to leave out, to
-    reproduce incomplete copies. ``soc_model=0`` reproduces the generic compile of seed 002.
+    reproduce incomplete copies. ``soc_model=0`` reproduces a generic compile (no soc_model).
     """
     d = Path(dir)
     d.mkdir(parents=True, exist_ok=True)
