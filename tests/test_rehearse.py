@@ -30,6 +30,18 @@ def test_readme_test_command_is_what_ci_runs():
     assert "provisioner rehearse" in install_and_run and "pip install" in install_and_run
 
 
+def test_readme_first_line_installs_what_the_rehearsal_needs():
+    install_and_run = _readme_commands()[0]
+    apt = re.search(r"apt-get install -y ([^&]+)&&", install_and_run)
+    assert apt and install_and_run.index("apt-get") < install_and_run.index("provisioner rehearse")
+    packages = set(apt.group(1).split())
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    from provisioner.rehearse import HOST_TOOLS
+
+    for _prog, pkg in HOST_TOOLS:   # every package the rehearsal's host step asks for, CI installs too
+        assert pkg in packages and pkg in ci, pkg
+
+
 def test_boards_split_over_board_types():
     assert split_boards(4, 2) == [2, 2]
     assert split_boards(5, 2) == [3, 2]
