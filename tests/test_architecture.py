@@ -1,0 +1,143 @@
+"""The import graph of ``provisioner`` follows the data flow the README draws.
+
+The rule, checked on every module (``ast``, module- and function-level imports alike):
+
+- Stages, in flow order: ``manifest``/``catalog`` (0) -> ``plan`` (1) -> ``artifacts``/``check`` (2) ->
+  ``image`` (3) -> ``station``/``ota`` (4) -> ``fleet`` (5). A stage never imports a LATER stage: the plan
+  cannot depend on how artifacts are fetched, the station not on how the fleet verifies.
+- Shared foundations any module may import: ``contracts`` (the typed hand-over between stages),
+  ``errors``, ``layout`` (on-board paths), ``ui``, ``process``, ``steps``, ``tools``, ``shipped``,
+  ``yamlsafe``, ``artifacts.hashing`` (sha256 of a file/tree, used by every stage). Foundations
+  import only foundations and ``catalog`` (data, not a stage's logic).
+- ``station`` and ``fleet`` read models, pins and thresholds from the release contract, never from
+  the ``Manifest``: they may not import ``manifest`` or ``plan``.
+- ``cli``, ``rehearse`` and ``__main__`` are the edges and may import anything.
+- Nothing but ``rehearse`` and ``cli.sim`` (and ``sim`` itself) imports ``provisioner.sim``: production
+  never depends on the simulator. ``sim`` may import foundations, catalog and data types, but not
+  the station's or the fleet's logic it stands in for.
+
+``KNOWN`` lists the imports that still break the rule, each with why it is there; the list may
+only shrink (an entry that no longer matches fails the test, so it is removed when fixed).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import provisioner
+
+PKG = Path(provisioner.__file__).resolve().parent
+STAGES = {"catalog": 0, "manifest": 0, "plan": 1, "artifacts": 2, "check": 2, "image": 3, "station": 4, "ota": 4,
+          "fleet": 5}
+FOUNDATIONS = {"contracts", "errors", "layout", "ui", "process", "steps", "tools", "shipped", "yamlsafe",
+               "artifacts.hashing"}
+EDGES = {"cli", "rehearse", "__main__", "__init__"}
+SIM_USERS = {"rehearse", "cli.sim"}
+
+# (importing module, imported module) -> why it is still there
+KNOWN: dict[tuple[str, str], str] = {
+    ("plan", "artifacts.inspect"): "the plan inspects model files itself; the inspector should be handed in "
+                                   "by the image stage",
+    ("sim.runtime", "artifacts.inspect"): "the virtual runtime reads a .litertlm header with the product's "
+                                          "inspector instead of its own reader",
+    ("sim.bundle", "fleet.service"): "a virtual image ships the serve unit the fleet writes (the unit is what the "
+                                     "rehearsal tests, so the sim must not write its own)",
+    ("sim.control", "manifest"): "`sim up --manifest` reads a manifest for the boards' release; it should read "
+                                 "the release contract",
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PKG).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts) or "__init__"
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, provisioner-relative module) of every import of ``provisioner`` in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "provisioner":
+                found += [(node.lineno, f"provisioner.{a.name}") for a in node.names]
+            else:
+                found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    out = []
+    for line, name in found:
+        if name.startswith("provisioner."):
+            out.append((line, name.removeprefix("provisioner.")))
+    return out
+
+
+def _resolve(name: str) -> str:
+    """The module an imported dotted name lives in (``fleet.checks.HostVars`` -> ``fleet.checks``)."""
+    parts = name.split(".")
+    while parts:
+        cand = PKG.joinpath(*parts)
+        if cand.with_suffix(".py").is_file() or (cand / "__init__.py").is_file():
+            return ".".join(parts)
+        parts = parts[:-1]
+    return name
+
+
+def _kind(module: str) -> str:
+    """'edge', 'sim', 'foundation', or the stage name of ``module``."""
+    top = module.split(".")[0]
+    if module in EDGES or top in EDGES or module == "cli.sim":
+        return "edge"
+    if top == "sim":
+        return "sim"
+    if module in FOUNDATIONS or top in FOUNDATIONS:
+        return "foundation"
+    if top == "board":
+        return "foundation"   # the on-board service source: stdlib only, shipped to boards as a file
+    return top
+
+
+def _violation(src: str, dst: str) -> str | None:
+    ks, kd = _kind(src), _kind(dst)
+    if kd == "sim" and ks != "sim" and src not in SIM_USERS:
+        return "production code imports the simulator"
+    if ks in ("edge",) or kd == "foundation" or dst.split(".")[0] == src.split(".")[0]:
+        return None
+    if ks == "foundation":
+        return None if kd == "catalog" else "a foundation imports a stage"
+    if ks == "sim":
+        return None if kd in ("catalog",) else "the simulator imports the logic it stands in for"
+    if kd in STAGES and ks in STAGES:
+        if STAGES[kd] > STAGES[ks]:
+            return f"{ks} (stage {STAGES[ks]}) imports a later stage {kd} ({STAGES[kd]})"
+        if ks in ("station", "fleet") and kd in ("manifest", "plan"):
+            return f"{ks} reads the Manifest/plan instead of the release contract"
+    return None
+
+
+def test_imports_follow_the_flow():
+    offences, seen_known = [], set()
+    for path in sorted(PKG.rglob("*.py")):
+        src = _module_name(path)
+        for line, name in _imports(path):
+            dst = _resolve(name)
+            why = _violation(src, dst)
+            if why is None:
+                continue
+            if (src, dst) in KNOWN:
+                seen_known.add((src, dst))
+                continue
+            offences.append(f"{path.relative_to(PKG.parent)}:{line}: {src} -> {dst}: {why}")
+    assert not offences, "imports against the flow:\n" + "\n".join(offences)
+    stale = set(KNOWN) - seen_known
+    assert not stale, f"KNOWN lists imports that are gone (remove them): {sorted(stale)}"
+
+
+def test_rule_catches_a_backward_import():
+    assert _violation("plan", "image.render")
+    assert _violation("station", "manifest")
+    assert _violation("fleet.checks", "sim.board")
+    assert _violation("station.flash", "fleet.inventory")
+    assert _violation("plan", "contracts.inventory") is None
+    assert _violation("cli.sim", "sim.board") is None
