@@ -121,14 +121,6 @@ class Plan:
     cache: dict[str, Any]
     warnings: tuple[str, ...] = field(default=())
 
-    @property
-    def model_recipes(self) -> tuple[str, ...]:
-        return tuple(m.recipe for m in self.models)
-
-    @property
-    def kas_includes(self) -> tuple[str, ...]:
-        return tuple(f for _, f in self.includes)
-
     def release_json(self) -> dict[str, Any]:
         """Content of the image's /etc/edge-llm/release.json (deterministic: no dates, no hosts)."""
         return {"format": 1, "release": self.release_id, "board": self.board.id, "machine": self.machine,

@@ -194,11 +194,6 @@ def board(board_id: str) -> Board:
     )
 
 
-def board_for_soc_model(soc_model: int) -> list[Board]:
-    """Boards whose QNN soc_model is ``soc_model``."""
-    return [b for b in boards().values() if b.qnn_soc_model == soc_model]
-
-
 @cache
 def soc_models() -> dict[int, dict[str, str]]:
     """QNN soc_model enum -> {soc, hexagon_arch}, for naming what a bundle targets."""

@@ -109,9 +109,6 @@ class Release:
     def rawprogram_files(self) -> list[Path]:
         return sorted(self.bundle_dir.glob("rawprogram*.xml"))
 
-    def patch_files(self) -> list[Path]:
-        return sorted(self.bundle_dir.glob("patch*.xml"))
-
     def verify(self, *, hash_files: bool = True) -> list[str]:
         """Problems between ``artifacts`` and the files on disk (empty list = intact).
 

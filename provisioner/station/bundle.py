@@ -442,11 +442,3 @@ def preflight(path: Path | str | Release, board_id: str | None = None, *, hash_f
                             "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
                             if problems else f"{len(release.artifacts)} files match release.json"))
     return pf
-
-
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def safe_name(text: str) -> str:
-    """A string usable as a file name (log files per board)."""
-    return _SAFE.sub("_", text)[:80] or "x"
