@@ -1,0 +1,109 @@
+"""Start edge-llm-serve as the board runs it (its own process) on a stand-in C-API library."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from provisioner.fleet.onboard import SERVE_SCRIPT
+
+STUB_SRC = Path(__file__).with_name("stub_runtime.c")
+TOKEN = "t0k3n-for-tests-0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def stub_lib(tmp_path_factory) -> Path:
+    """The test-only stand-in library, compiled with gcc like the simulator's."""
+    out = tmp_path_factory.mktemp("stub") / "libstub_runtime.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(STUB_SRC), "-lpthread"], check=True)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Board:
+    """One running service: its URL, token, process and stderr."""
+
+    def __init__(self, proc: subprocess.Popen, port: int, token: str | None, log: Path, cfg_path: Path) -> None:
+        self.proc, self.port, self.token, self.log, self.cfg_path = proc, port, token, log, cfg_path
+        self.url = f"http://127.0.0.1:{port}"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        import http.client
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"service exited {self.proc.returncode}: {self.log.read_text()}")
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("service never became ready: " + self.log.read_text())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def start_board(tmp_path, stub_lib):
+    """start_board(runtime="litert_lm", token=True, env={...}, **cfg) -> a ready Board."""
+    boards: list[Board] = []
+
+    def start(runtime: str = "litert_lm", token: bool = True, env: dict[str, str] | None = None,
+              wait: bool = True, **extra) -> Board:
+        n = len(boards)
+        mdir = tmp_path / f"model{n}"
+        mdir.mkdir()
+        cfg = {"model": "gemma-4-e2b" if runtime == "litert_lm" else "nemotron-nano-4b", "runtime": runtime,
+               "model_dir": str(mdir), "executable": str(tmp_path / "bin" / "runtime"), "library": str(stub_lib),
+               "port": free_port(), "bind": "127.0.0.1", "token_file": str(tmp_path / f"token{n}")}
+        if runtime == "litert_lm":
+            (mdir / "m.litertlm").write_bytes(b"LITERTLM")
+            cfg |= {"model_file": "m.litertlm", "chat_template": "gemma"}
+        else:
+            (mdir / "genie_config.json").write_text(json.dumps({"dialog": {"type": "basic"}}))
+            cfg |= {"chat_template": "llama3", "system_prompt": "detailed thinking off"}
+        cfg |= extra
+        if token:
+            tf = Path(cfg["token_file"])
+            tf.write_text(TOKEN + "\n")
+            tf.chmod(0o600)
+        cfg_path = tmp_path / f"serve{n}.json"
+        cfg_path.write_text(json.dumps(cfg))
+        log = tmp_path / f"serve{n}.log"
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("STUB_")} | (env or {})
+        proc = subprocess.Popen([sys.executable, str(SERVE_SCRIPT), "serve", "--config", str(cfg_path)],
+                                stdout=subprocess.DEVNULL, stderr=log.open("w"), env=child_env)
+        board = Board(proc, cfg["port"], TOKEN if token else None, log, cfg_path)
+        boards.append(board)
+        if wait:
+            board.wait_ready()
+        return board
+
+    yield start
+    for b in boards:
+        b.stop()
