@@ -22,7 +22,7 @@ _COMMON_HELP = {
 
 @click.group("fleet")
 def command() -> None:
-    """Ansible over the fleet: verify, deploy, launch, rollback, benchmark; inventories from the catalog."""
+    """Ansible over the fleet: verify, deploy, launch, rollback, benchmark, update-os; inventories from the catalog."""
 
 
 class Progress:
@@ -132,6 +132,44 @@ def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: t
         index = art.build_index(artifacts, artifact_url)
     _run("deploy", inventory, limit, report, extra, as_json, check, forks, timeout_s, log,
          extra_vars={"edge_llm_deploy_index": index})
+
+
+@command.command("update-os")
+@_options
+@click.option("--release", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Release folder whose release.json names the OSTree commit (image.ota: ostree).")
+@click.option("--repo", "repo_url", required=True,
+              help="URL the BOARDS pull from: the repository `provisioner ota publish` wrote, served statically.")
+@click.option("--serial", default="1", show_default=True, help="Boards per rolling batch (number or N%).")
+@click.option("--max-fail-percentage", type=click.IntRange(0, 100), default=0, show_default=True,
+              help="Stop the rollout when more than this share of a batch failed.")
+def update_os_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
+                  check: bool, forks: int | None, timeout_s: float | None, log: Path | None, release: Path,
+                  repo_url: str, serial: str, max_fail_percentage: int) -> None:
+    """Whole-image OTA: pull the release's OSTree commit, reboot into it, health-gate, commit or roll back."""
+    ota = _release_ota(release)
+    _run("update-os", inventory, limit, report, extra, as_json, check, forks, timeout_s, log,
+         extra_vars={"edge_llm_update_os_repo_url": repo_url, "edge_llm_update_os_branch": ota["branch"],
+                     "edge_llm_update_os_commit": ota["commit"], "edge_llm_update_os_serial": serial,
+                     "edge_llm_update_os_max_fail_percentage": max_fail_percentage,
+                     "edge_llm_expected_build_id": ota["build_id"]})
+
+
+def _release_ota(release: Path) -> dict[str, str]:
+    """Commit, branch and BUILD_ID of a release (its release.json "ota" entry, see provisioner.ota)."""
+    import json
+
+    path = release / "release.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FleetError(f"{path}: cannot read ({exc})", "pass --release with a release folder `build` wrote") from None
+    ota = data.get("ota") if isinstance(data, dict) else None
+    if not isinstance(ota, dict) or not ota.get("commit") or not ota.get("branch"):
+        raise FleetError(f"{path}: no OSTree commit in this release",
+                         "build it with image.ota: ostree in the manifest")
+    build_id = str(data.get("build_id") or data.get("release") or data.get("id") or "")
+    return {"commit": str(ota["commit"]), "branch": str(ota["branch"]), "build_id": build_id}
 
 
 @command.command("benchmark", help=_COMMON_HELP["benchmark"])

@@ -29,6 +29,7 @@ ACTIONS = {
     "launch": "launch.yml",
     "rollback": "rollback.yml",
     "benchmark": "benchmark.yml",
+    "update-os": "update-os.yml",
 }
 DEFAULT_FORKS = 50
 CALLBACK = "edge_llm.fleet.events"

@@ -67,7 +67,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.errors import SimError
-from provisioner.sim import runtime, systemctl
+from provisioner.sim import ostree_board, runtime, systemctl
 from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root
 
 SSH_HOST = "127.0.0.1"
@@ -736,7 +736,7 @@ def _overlay(lower: str, upper: Path, work: Path) -> None:
 def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     """Build the board's view (runs inside the new mount namespace, as root). Returns overlay state."""
     hd = host_dir(board)
-    r = board.rootfs_dir
+    r = ostree_board.booted_root(board) or board.rootfs_dir    # an OSTree board serves its booted deployment
     b = catalog.board(board.board_id)
     generated: dict[str, str] = {}
     # /run: private tmpfs with the sim control area
@@ -756,6 +756,13 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     os.symlink(os.environ.get("EDGE_LLM_SIM_WORLD_PYTHON") or _world_python(), sim / runtime.PYTHON_LINK)
     shutil.copyfile(hd / "facts.json", sim / runtime.FACTS_NAME)
     os.chmod(sim / runtime.FACTS_NAME, 0o644)
+    ota = ostree_board.sysroot(board)
+    if (ota / "ostree").is_dir():
+        (sim / "sysroot").mkdir()
+        _bind(ota, sim / "sysroot")
+        _write(sim / "reboot", ostree_board.reboot_script(board), 0o755)
+        _write(sim / "boot_id", ostree_board.boot_id(board) + "\n", 0o444)
+        _bind(sim / "boot_id", "/proc/sys/kernel/random/boot_id", ro=True)
     login = sim / "login-shell"
     _write(login, f"#!{SIM_DIR}/{runtime.PYTHON_LINK} -S\n# pam_limits stand-in (provisioner.sim.limits)\n"
                   f"import sys\nsys.path.insert(0, '{SIM_DIR}/src')\nfrom provisioner.sim.limits import login_shell\n"
@@ -789,8 +796,9 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     _bind(r / "etc/systemd", "/etc/systemd")
 
     # /opt and /usr
-    (r / "opt").mkdir(exist_ok=True)
-    _bind(r / "opt", "/opt")
+    opt = board.rootfs_dir / "opt"          # /opt is not in an OSTree commit: it stays the board's own
+    opt.mkdir(exist_ok=True)
+    _bind(opt, "/opt")
     for target, name in (("/usr/bin", "usrbin"), ("/usr/lib", "usrlib")):
         up = hd / f"{name}-upper"
         _rmtree(up)
@@ -803,6 +811,10 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
                     generated[f"{target.lstrip('/')}/{f.name}"] = _sha(up / f.name)
                 elif f.is_symlink():
                     os.symlink(os.readlink(f), up / f.name)
+        if target == "/usr/bin" and board.has_fault("ota-disconnect") and (ota / "ostree").is_dir():
+            shutil.copy2(ostree_board.OSTREE, sim / "ostree.real")
+            _write(up / "ostree", ostree_board.ostree_wrapper(board, f"{SIM_DIR}/ostree.real",
+                                                              f"{SIM_DIR}/sysroot"), 0o755)
         if target == "/usr/bin":
             _write(up / "systemctl", systemctl.executable_text(), 0o755)
             generated["usr/bin/systemctl"] = _sha(up / "systemctl")
@@ -871,6 +883,8 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     dm = int(board.data.get("download_mode", 1))
     cmdline = hd / "cmdline"
     base = _rootfs_cmdline(r)
+    if ostree_board.booted_cmdline(board):
+        base += " " + ostree_board.booted_cmdline(board)      # the BLS entry's options (ostree=...)
     if "qcom_scm.download_mode=" not in base:
         base += f" qcom_scm.download_mode={dm}"
     _write(cmdline, base + "\n", 0o444)
