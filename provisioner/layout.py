@@ -138,8 +138,12 @@ def qairt_files(board: Board, version: str, with_genie: bool) -> list[str]:
     return files
 
 
+# The C API library the on-board service binds (edge-llm-serve LITERT_LM_LIBRARY): LiteRT-LM's
+# cc_binary //c:litert-lm (linkshared, c/BUILD; python/litert_lm/BUILD copies it as liblitert-lm.so),
+# shipped under this name by `provisioner litert build`.
+LITERT_CAPI_LIB = "lib/liblitert_lm_c_api.so"
 LITERT_FILES = ("bin/litert_lm_main", "lib/libLiteRtDispatch_Qualcomm.so", "lib/libLiteRt.so",
-                "lib/libGemmaModelConstraintProvider.so")
+                "lib/libGemmaModelConstraintProvider.so", LITERT_CAPI_LIB)
 
 
 def board_facts(board: Board) -> dict[str, Any]:

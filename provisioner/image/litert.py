@@ -7,8 +7,10 @@ and this command produces it, reproducibly:
 1. clone google-ai-edge/LiteRT-LM at the pinned commit (or reuse ``--source``), ``git lfs pull``;
 2. apply patches 1 and 2 (from ``layers/meta-edge-llm/recipes-ai/litert-lm/files``);
 3. ``bazel fetch``, then patch 3 inside the ``@litert`` external (it lives in Bazel's output base);
-4. ``bazel build --nofetch`` both targets with ``LITERT_QAIRT_SDK`` the way LiteRT concatenates it;
-5. collect the four files, check that each is an aarch64 ELF (not an LFS pointer), and write a
+4. ``bazel build --nofetch`` the three targets (``litert_lm_main``, the Qualcomm dispatch library and
+   the C API library ``//c:litert-lm`` that edge-llm-serve binds) with ``LITERT_QAIRT_SDK`` the way
+   LiteRT concatenates it;
+5. collect the five files, check that each is an aarch64 ELF (not an LFS pointer), and write a
    deterministic tarball + ``.sha256`` under the name the recipe expects.
 
 Patch steps are anchor-checked and idempotent: ``patch -R --dry-run`` succeeding means already
@@ -43,6 +45,11 @@ PINNED_COMMIT = "cbf463d97fa3c7e8ef927b0593bf890d6d344c9a"
 QAIRT = layout.LITERT_QAIRT
 TARGET_MAIN = "//runtime/engine:litert_lm_main"
 TARGET_DISPATCH = "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so"
+# LiteRT-LM's C API as a shared library (c/BUILD cc_binary "litert-lm", linkshared; the Python
+# package's python/litert_lm/BUILD copies the same target as liblitert-lm.so). Checked at
+# google-ai-edge/LiteRT-LM 0544937d (c/BUILD) / 0307d0d4 (python/litert_lm/BUILD): the pinned
+# cbf463d97fa3 is not in any public copy we could read. edge-llm-serve binds it with ctypes.
+TARGET_CAPI = "//c:litert-lm"
 LFS_LIB = "prebuilt/linux_arm64/libGemmaModelConstraintProvider.so"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 EM_AARCH64 = 183
@@ -53,6 +60,7 @@ OUTPUTS = {
     "lib/libLiteRtDispatch_Qualcomm.so": ["external/litert/litert/vendors/qualcomm/dispatch/"
                                           "libLiteRtDispatch_Qualcomm.so"],
     "lib/libLiteRt.so": ["external/litert/litert/c/libLiteRt.so", "runtime/engine/libLiteRt.so"],
+    layout.LITERT_CAPI_LIB: ["c/litert-lm", "c/liblitert-lm.so"],
 }
 
 
@@ -391,8 +399,9 @@ class LitertBuild:
             Step("patch-3", fn=self._patch_external,
                  what=f"apply {p3.name} in $(bazel info output_base)/external/litert"),
             Step("build", argv=[bazel, "build", "--nofetch", "-c", "opt", *self.bazel_flags, TARGET_MAIN,
-                                TARGET_DISPATCH], cwd=src),
-            Step("collect", fn=self._collect, what="collect the 4 files, check aarch64 ELF (readelf -h, file), "
+                                TARGET_DISPATCH, TARGET_CAPI], cwd=src),
+            Step("collect", fn=self._collect, what=f"collect the {len(layout.LITERT_FILES)} files, check aarch64 "
+                 "ELF (readelf -h, file), "
                  f"write {o.out / tarball_name(o.rev, o.qairt)} + .sha256"),
         ]
 

@@ -173,6 +173,19 @@ def _stub_lib(name: str, qairt: str) -> bytes:
     return runtime.stub_library(name, qairt)
 
 
+def _c_libraries() -> tuple[str, ...]:
+    from provisioner.sim import cstandins
+
+    return tuple(cstandins.LIBRARIES)
+
+
+def _c_library(name: str, qairt: str) -> bytes:
+    """A stand-in shared library exporting the runtime's C API (compiled once, cached)."""
+    from provisioner.sim import cstandins
+
+    return cstandins.library_bytes(name, qairt)
+
+
 def _write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
     p = root / path.lstrip("/")
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -308,6 +321,8 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
         for f in layout.qairt_files(board, q, with_genie):
             if f.endswith("genie-t2t-run"):
                 _write(tree, f, _runtime_script("genie-t2t-run"), 0o755)
+            elif Path(f).name in _c_libraries():
+                _write(tree, f, _c_library(Path(f).name, q), 0o755)
             else:
                 _write(tree, f, _stub_lib(Path(f).name, q), 0o755)
         _write(tree, f"{layout.qairt_bin_dir(q)}/qnn-platform-validator", _runtime_script("qnn-platform-validator"),
@@ -318,6 +333,8 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
         for f in layout.LITERT_FILES:
             if f == "bin/litert_lm_main":
                 _write(tree, f"{base}/{f}", _runtime_script("litert_lm_main"), 0o755)
+            elif Path(f).name in _c_libraries():
+                _write(tree, f"{base}/{f}", _c_library(Path(f).name, layout.LITERT_QAIRT), 0o755)
             else:
                 _write(tree, f"{base}/{f}", _stub_lib(Path(f).name, layout.LITERT_QAIRT), 0o755)
         _write(tree, f"{base}/BUILD_INFO", f"litert-lm {layout.LITERT_REV}\nqairt {layout.LITERT_QAIRT}\n"

@@ -87,7 +87,7 @@ if args[:1] == ["build"]:
     out = base / "execroot" / "bin"
     for rel in ("runtime/engine/litert_lm_main",
                 "external/litert/litert/vendors/qualcomm/dispatch/libLiteRtDispatch_Qualcomm.so",
-                "external/litert/litert/runtime/libLiteRt.so"):
+                "external/litert/litert/runtime/libLiteRt.so", "c/litert-lm"):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_bytes(blob + rel.encode())
     link = Path("bazel-bin")
@@ -184,7 +184,7 @@ def test_full_build_with_layer_patches(lt):
     assert names == sorted(names)
     assert set(names) == {"BUILDINFO.json", "bin", "lib", *(
         "bin/litert_lm_main", "lib/libLiteRtDispatch_Qualcomm.so", "lib/libLiteRt.so",
-        "lib/libGemmaModelConstraintProvider.so")}
+        "lib/libGemmaModelConstraintProvider.so", "lib/liblitert_lm_c_api.so")}
     with tarfile.open(res.tarball) as tf:
         info = json.loads(tf.extractfile("BUILDINFO.json").read())
     assert info["litert_lm"] == lt.pinned and info["qairt"] == "2.44.0.260225"
@@ -211,10 +211,10 @@ def test_full_build_with_layer_patches(lt):
     assert fetch["argv"][-1] == "//runtime/engine:litert_lm_main"
     assert build["argv"] == ["build", "--nofetch", "-c", "opt", "--repo_env=CC=clang-18",
                              "--repo_env=CXX=clang++-18", "//runtime/engine:litert_lm_main",
-                             "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so"]
+                             "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so", "//c:litert-lm"]
     assert build["sdk"] == str(lt.sdk) + "/" and Path(build["cwd"]) == src
     assert [r["argv"] for r in records(lt, "git-lfs") if r["argv"][0] == "pull"]
-    assert len(records(lt, "readelf")) == 4 and all("-h" in r["argv"] for r in records(lt, "readelf"))
+    assert len(records(lt, "readelf")) == 5 and all("-h" in r["argv"] for r in records(lt, "readelf"))
 
     # a second run is idempotent: patches already applied, byte-identical tarball
     again = L.litert_build(opts(lt), reporter=Reporter(quiet=True))

@@ -1,6 +1,7 @@
 SUMMARY = "LiteRT-LM NPU runtime ${LITERT_LM_REV} for QAIRT ${LITERT_LM_QAIRT}"
-DESCRIPTION = "Prebuilt aarch64 litert_lm_main, libLiteRt.so, libLiteRtDispatch_Qualcomm.so and \
-               libGemmaModelConstraintProvider.so, built by `provisioner litert build` from LiteRT-LM ${LITERT_LM_REV} \
+DESCRIPTION = "Prebuilt aarch64 litert_lm_main, libLiteRt.so, libLiteRtDispatch_Qualcomm.so, \
+               libGemmaModelConstraintProvider.so and the C API library liblitert_lm_c_api.so (LiteRT-LM's \
+               //c:litert-lm, which edge-llm-serve binds to keep the model loaded), built by `provisioner litert build` from LiteRT-LM ${LITERT_LM_REV} \
                with the three Linux/QLI patches in files/ (dispatch dir, HTP burst, SoC guard). Installed under \
                ${LITERT_LM_ROOT}/${LITERT_LM_REV}."
 HOMEPAGE = "https://github.com/google-ai-edge/LiteRT-LM"
@@ -55,7 +56,8 @@ do_install() {
     if [ ! -e "$top/bin/litert_lm_main" ]; then
         top=$(dirname "$(dirname "$(find ${S} -path '*/bin/litert_lm_main' | head -n 1)")")
     fi
-    for f in bin/litert_lm_main lib/libLiteRtDispatch_Qualcomm.so lib/libLiteRt.so lib/libGemmaModelConstraintProvider.so; do
+    for f in bin/litert_lm_main lib/libLiteRtDispatch_Qualcomm.so lib/libLiteRt.so lib/libGemmaModelConstraintProvider.so \
+             lib/liblitert_lm_c_api.so; do
         if [ ! -f "$top/$f" ]; then
             bbfatal "${LITERT_LM_TARBALL} has no $f (rebuild it with provisioner litert build)"
         fi

@@ -1,0 +1,154 @@
+/* SIMULATED NPU library support for edge-llm virtual boards (see oracle.h). */
+#define _GNU_SOURCE
+#include "oracle.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char** environ;
+
+#define SIM_DIR "/run/edge-llm-sim"
+
+static const char kBoot[] =
+    "import sys; sys.path.insert(0, '" SIM_DIR "/src'); "
+    "from provisioner.sim.npu import serve; sys.exit(serve(sys.argv[1]))";
+
+static char* read_line(FILE* f) {
+  char* line = NULL;
+  size_t cap = 0;
+  ssize_t n = getline(&line, &cap, f);
+  if (n < 0) {
+    free(line);
+    return NULL;
+  }
+  if (n > 0 && line[n - 1] == '\n') line[n - 1] = '\0';
+  return line;
+}
+
+int sim_oracle_open(sim_oracle* o, const char* kind, const char* payload) {
+  memset(o, 0, sizeof(*o));
+  pthread_mutex_init(&o->pipe_mu, NULL);
+  pthread_mutex_init(&o->npu_mu, NULL);
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0) return -1;
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  char* argv[] = {"python3", "-S", "-c", (char*)kBoot, (char*)kind, NULL};
+  int rc = posix_spawn(&o->pid, SIM_DIR "/python3", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  if (rc != 0) {
+    fprintf(stderr, "%s: cannot start the NPU model of this virtual board (%s/python3: %s)\n", kind,
+            SIM_DIR, strerror(rc));
+    close(in[1]);
+    close(out[0]);
+    return -1;
+  }
+  o->to = fdopen(in[1], "w");
+  o->from = fdopen(out[0], "r");
+  size_t n = strlen(payload);
+  fprintf(o->to, "L %zu\n", n);
+  fwrite(payload, 1, n, o->to);
+  fflush(o->to);
+  char* line = read_line(o->from);
+  double init_s = 0, sleep_s = 0;
+  if (line == NULL || sscanf(line, "OK %lf %lf", &init_s, &sleep_s) != 2) {
+    free(line);
+    sim_oracle_close(o);
+    return -1;
+  }
+  free(line);
+  o->init_s = init_s;
+  sim_sleep(sleep_s, NULL); /* the model load */
+  return 0;
+}
+
+void sim_oracle_close(sim_oracle* o) {
+  if (o->to) fclose(o->to);
+  if (o->from) fclose(o->from);
+  o->to = o->from = NULL;
+  if (o->pid > 0) {
+    int st;
+    waitpid(o->pid, &st, 0);  /* it exits when its stdin closes */
+    o->pid = 0;
+  }
+}
+
+int sim_oracle_query(sim_oracle* o, const char* mode, int max_tokens, const char* prompt, size_t n,
+                     sim_reply* r) {
+  memset(r, 0, sizeof(*r));
+  pthread_mutex_lock(&o->pipe_mu);
+  int ok = -1;
+  if (o->to == NULL) goto out;
+  fprintf(o->to, "Q %s %d %zu\n", mode, max_tokens, n);
+  fwrite(prompt, 1, n, o->to);
+  if (fflush(o->to) != 0) goto out;
+  char* line = read_line(o->from);
+  if (line == NULL) goto out;
+  int got = sscanf(line, "R %lf %lf %d %lf %d %d", &r->ttft_s, &r->prefill_s, &r->prompt_tokens,
+                   &r->decode_s, &r->decode_tokens, &r->n);
+  free(line);
+  if (got != 6 || r->n < 0) goto out;
+  r->sleep_s = calloc((size_t)r->n + 1, sizeof(double));
+  r->chunk = calloc((size_t)r->n + 1, sizeof(char*));
+  for (int i = 0; i < r->n; i++) {
+    char* l = read_line(o->from);
+    if (l == NULL) goto out;
+    char* tab = strchr(l, '\t');
+    if (tab == NULL) {
+      free(l);
+      goto out;
+    }
+    *tab = '\0';
+    r->sleep_s[i] = atof(l);
+    r->chunk[i] = strdup(tab + 1);
+    free(l);
+  }
+  ok = 0;
+out:
+  pthread_mutex_unlock(&o->pipe_mu);
+  return ok;
+}
+
+void sim_reply_free(sim_reply* r) {
+  for (int i = 0; r->chunk && i < r->n; i++) free(r->chunk[i]);
+  free(r->chunk);
+  free(r->sleep_s);
+  memset(r, 0, sizeof(*r));
+}
+
+int sim_sleep(double s, volatile int* cancel) {
+  struct timespec end;
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  long long ns = (long long)(s * 1e9);
+  end.tv_sec += ns / 1000000000LL;
+  end.tv_nsec += ns % 1000000000LL;
+  if (end.tv_nsec >= 1000000000L) {
+    end.tv_sec++;
+    end.tv_nsec -= 1000000000L;
+  }
+  for (;;) {
+    if (cancel && *cancel) return 1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long left = (end.tv_sec - now.tv_sec) * 1000000000LL + (end.tv_nsec - now.tv_nsec);
+    if (left <= 0) return cancel && *cancel;
+    struct timespec step = {0, left < 2000000 ? left : 2000000};  /* look at cancel every 2 ms */
+    nanosleep(&step, NULL);
+  }
+}

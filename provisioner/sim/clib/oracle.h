@@ -1,0 +1,45 @@
+/* Stand-in NPU libraries of edge-llm virtual boards: the part both libraries share.
+ *
+ * SIMULATED - not LiteRT-LM, not Genie. The exported functions (litert_lm.c, genie.c) have the
+ * signatures of the real C APIs; what a real library would learn from the NPU stack (QAIRT
+ * build, skel, FastRPC access, memlock, board faults, speeds) is asked from a child process
+ * running provisioner.sim.npu under the board's python (see that module for the protocol).
+ * Prompts go to it through a pipe, never through argv.
+ */
+#ifndef EDGE_LLM_SIM_ORACLE_H
+#define EDGE_LLM_SIM_ORACLE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+typedef struct {
+  pid_t pid;
+  FILE* to;
+  FILE* from;
+  pthread_mutex_t pipe_mu;  /* one request/answer at a time on the pipe */
+  pthread_mutex_t npu_mu;   /* one generation at a time on the NPU; others wait their turn */
+  double init_s;            /* modelled load time (benchmark info) */
+} sim_oracle;
+
+typedef struct {
+  double ttft_s, prefill_s, decode_s;
+  int prompt_tokens, decode_tokens;
+  int n;
+  double* sleep_s;
+  char** chunk;
+} sim_reply;
+
+/* Start the model process and load (kind "litert": payload = model path; "genie": config JSON).
+ * Returns 0, or -1 with the runtime's error lines already on stderr. */
+int sim_oracle_open(sim_oracle* o, const char* kind, const char* payload);
+void sim_oracle_close(sim_oracle* o);
+/* One generation's timing and chunks; 0 or -1. */
+int sim_oracle_query(sim_oracle* o, const char* mode, int max_tokens, const char* prompt, size_t n,
+                     sim_reply* r);
+void sim_reply_free(sim_reply* r);
+/* Sleep up to s seconds; returns 1 early when *cancel becomes non-zero. */
+int sim_sleep(double s, volatile int* cancel);
+
+#endif

@@ -1,0 +1,78 @@
+"""Build the stand-in NPU shared libraries a virtual board's image carries (gcc, cached by source hash).
+
+The on-board service binds the runtimes' C APIs with ctypes; a virtual board must offer the same
+interface, so the image carries real ELF shared libraries compiled here from ``clib/*.c``:
+
+* ``liblitert_lm_c_api.so`` at ``<litert dir>/lib`` (where the litert-lm-runtime recipe installs
+  the library that ``provisioner litert build`` builds from LiteRT-LM's ``//c:litert-lm``);
+* ``libGenie.so`` in each QAIRT host lib dir (where qairt-runtime installs the SDK's).
+
+Each carries the QAIRT build id as text (like the stub files and the real libraries), so the
+QAIRT checks that read a library's build keep working. Builds are cached under
+``$PROVISIONER_SIM_CACHE`` (default ``~/.cache/edge-llm-sim``) by the hash of the sources and
+the compile command, so starting many boards compiles each variant once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from provisioner.errors import SimError
+from provisioner.sim import runtime
+
+SRC_DIR = Path(__file__).with_name("clib")
+LIBRARIES = {"liblitert_lm_c_api.so": "litert_lm.c", "libGenie.so": "genie.c"}
+COMMON = ("oracle.c", "oracle.h")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("PROVISIONER_SIM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edge-llm-sim")
+    return Path(base) / "clib"
+
+
+def _stub_id(name: str, qairt: str) -> str:
+    # the same text runtime.stub_library puts into the stub files: the build id the checks read
+    text = runtime.stub_library(name, qairt).decode()
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _argv(name: str, qairt: str, out: Path) -> list[str]:
+    cc = os.environ.get("CC") or "gcc"
+    return [cc, "-shared", "-fPIC", "-O2", "-pthread", "-Wall", f"-DSTANDIN_ID={_stub_id(name, qairt)}",
+            f"-I{SRC_DIR}", "-o", str(out), str(SRC_DIR / LIBRARIES[name]), str(SRC_DIR / "oracle.c")]
+
+
+def build(name: str, qairt: str) -> Path:
+    """Path of the compiled stand-in ``name`` for QAIRT build ``qairt`` (compiled on first use)."""
+    if name not in LIBRARIES:
+        raise ValueError(f"no stand-in library '{name}' (known: {', '.join(LIBRARIES)})")
+    h = hashlib.sha256()
+    for f in (LIBRARIES[name], *COMMON):
+        h.update(f.encode() + b"\0" + (SRC_DIR / f).read_bytes())
+    h.update("\0".join(_argv(name, qairt, Path("out"))).encode())
+    dest = cache_dir() / h.hexdigest()[:20] / name
+    if dest.is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if shutil.which(os.environ.get("CC") or "gcc") is None:
+        raise SimError(f"cannot build the virtual boards' {name}: no C compiler (gcc) on PATH",
+                       "install gcc (apt-get install gcc) or set CC")
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        out = Path(tmp) / name
+        proc = subprocess.run(_argv(name, qairt, out), capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SimError(f"compiling the virtual boards' {name} failed: {tail}", "see gcc's output above")
+        os.replace(out, dest)
+    return dest
+
+
+def library_bytes(name: str, qairt: str) -> bytes:
+    """Content of stand-in ``name`` for QAIRT ``qairt`` (what the bundle writes into the rootfs)."""
+    return build(name, qairt).read_bytes()

@@ -1,0 +1,230 @@
+"""The model behind the stand-in C libraries (``liblitert_lm_c_api.so``, ``libGenie.so``).
+
+The stand-in shared libraries (C sources in ``provisioner/sim/clib/``) export the runtimes' C
+functions with their real signatures, but they cannot judge a board on their own: which QAIRT
+build ``LD_LIBRARY_PATH`` resolves, whether this process may open ``/dev/fastrpc-cdsp``, its
+``RLIMIT_MEMLOCK``, the board's faults. So when an engine or dialog is created, the library
+starts this module as a child process (``posix_spawn`` of the board's python, environment,
+limits and credentials inherited) and asks it over a pipe. The checks are the ones the
+``litert_lm_main`` / ``genie-t2t-run`` stand-ins make (:mod:`provisioner.sim.runtime`), so a
+library-based service fails exactly where the runtime would, with the runtime's log lines on
+its stderr (the service's journal); the speeds come from the same timing model.
+
+Protocol (one line per record, prompt and config bytes length-prefixed, never on a command line):
+
+* library -> here ``L <nbytes>\\n<payload>``: load (litert: the model path; genie: the config JSON);
+  here -> ``OK <init_s> <sleep_s>`` or ``FAIL <last error line>`` (all error lines on stderr).
+* library -> here ``Q <mode> <max_tokens> <nbytes>\\n<prompt>`` (mode ``text`` or ``conv``);
+  here -> ``R <ttft_s> <prefill_s> <prompt_tokens> <decode_s> <decode_tokens> <n>`` then n lines
+  ``<sleep_s>\\t<chunk>``. Model figures are unscaled (what benchmark info reports), sleeps are
+  scaled by the board's ``time_scale``.
+
+Standard library only: it runs under the board's ``python3 -S`` as the service's user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from provisioner.sim import runtime as rt
+
+SLEEP_CAP_S = 30.0
+
+
+def _scaled(view: rt.BoardView, seconds: float) -> float:
+    return min(seconds * view.time_scale, SLEEP_CAP_S) if view.time_scale > 0 else 0.0
+
+
+class Loaded:
+    """A model as one engine/dialog holds it: what it answers, how fast, whether it is garbage."""
+
+    def __init__(self, view: rt.BoardView, model: rt.ModelView, burst: bool, garbage: bool,
+                 limit: int | None) -> None:
+        self.view, self.model, self.burst, self.garbage, self.limit = view, model, burst, garbage, limit
+
+
+def load_litert(view: rt.BoardView, model_path: str) -> Loaded:
+    """What ``litert_lm_engine_create`` with backend npu does, fault for fault (as litert_lm_main)."""
+    path = Path(model_path)
+    if not path.is_file():
+        raise rt.RuntimeFailure([f"NOT_FOUND: Failed to open model file {model_path}: No such file or directory"])
+    model = rt.read_litertlm(view, path)
+    print(f"I0000 engine.cc] Loading model {model_path} ({model.size} bytes)", file=sys.stderr)
+    if model.truncated:
+        raise rt.RuntimeFailure([
+            f"E0000 memory_mapped_file.cc] mmap failed: offset beyond end of file {model_path} "
+            f"(size {model.size}, section ends at {model.declared_size})",
+            "NOT_FOUND: TF_LITE_PREFILL_DECODE not found in the model."])
+    dispatch = [d for d in (os.environ.get("EDGE_LLM_SIM_DISPATCH_DIR", ""),) if d]
+    if rt.find_lib("libLiteRtDispatch_Qualcomm.so", dispatch + rt._path_dirs("LD_LIBRARY_PATH")) is None:
+        raise rt.RuntimeFailure([
+            "E0000 litert_util.cc] NPU accelerator could not be loaded and registered: InvalidArgument",
+            "INTERNAL: Failed to initialize the NPU executor"])
+    stack = rt.probe_stack(view)
+    rt.check_stack(view, model, stack, "litert")
+    burst = "no-burst" not in view.faults
+    if burst:
+        print("I0000 qnn_manager.cc] Set HTP performance mode: 2", file=sys.stderr)
+    else:
+        print("W0000 dispatch_api.cc] Failed to parse qnn options ... Null Qualcomm options; using defaults",
+              file=sys.stderr)
+    if "soc-config-14001" in view.faults:
+        raise rt.RuntimeFailure([
+            "[ERROR] QnnDevice_create failed with error 14001",
+            "INTERNAL: Failed to create NPU compiled model"])
+    rt.check_memlock(stack, "litert")
+    return Loaded(view, model, burst, "wrong-soc-model" in view.faults, None)
+
+
+def load_genie(view: rt.BoardView, config_json: str) -> Loaded:
+    """What ``GenieDialog_create`` does with a config (as genie-t2t-run after its config parse)."""
+    try:
+        cfg = json.loads(config_json)
+    except ValueError as exc:
+        raise rt.RuntimeFailure([f"[ERROR] \"Failed to parse config: {exc}\""]) from None
+    if not isinstance(cfg, dict):
+        raise rt.RuntimeFailure(["[ERROR] \"Invalid config: not a JSON object\""])
+    model = _read_genie_json(view, cfg)
+    stack = rt.probe_stack(view, "libGenie.so")
+    if model.missing:
+        raise rt.RuntimeFailure([f"[ERROR] \"Could not open file {model.missing[0]}\"", "Failed to create dialog"])
+    if model.truncated:
+        raise rt.RuntimeFailure([
+            f"[ERROR] \"Failed to mmap context binary: {model.size} of {model.declared_size} bytes present\"",
+            "Failed to create dialog"])
+    htp = rt.find_lib("libQnnHtp.so", rt._path_dirs("LD_LIBRARY_PATH"))
+    stack.host_lib, stack.host_build = htp, rt.library_build(htp) if htp else None
+    rt.check_stack(view, model, stack, "genie")
+    if model.dsp_arch and model.dsp_arch.lower() != view.arch:
+        raise rt.RuntimeFailure([
+            f"[ERROR] QnnDsp <E> Context binary dsp_arch {model.dsp_arch} does not match the device "
+            f"(Hexagon {view.arch.upper()})", "Failed to create device: 14001"])
+    rt.check_memlock(stack, "genie")
+    print("[INFO] \"Using create From Binary\"", file=sys.stderr)
+    burst = (model.perf_profile or "burst") == "burst"
+    garbage = model.soc_model is not None and int(model.soc_model) != int(view.board["qnn_soc_model"])
+    limit = cfg.get("dialog", {}).get("max-num-tokens")
+    return Loaded(view, model, burst, garbage, limit if isinstance(limit, int) and limit > 0 else None)
+
+
+def _read_genie_json(view: rt.BoardView, cfg: dict[str, Any]) -> rt.ModelView:
+    """:func:`runtime.read_genie` on a config given as JSON rather than as a file.
+
+    The bundle directory is the one the context binaries name (absolute paths), else the current
+    directory. A private temporary directory holds the JSON and a link to every file of that
+    directory, so relative paths, ``model.json`` and ``tool-versions.yaml`` resolve as beside a
+    config file.
+    """
+    bins = cfg.get("dialog", {}).get("engine", {}).get("model", {}).get("binary", {}).get("ctx-bins") or []
+    first = str(bins[0]) if bins else ""
+    base = Path(first).parent if os.path.isabs(first) else Path(os.getcwd())
+    with tempfile.TemporaryDirectory(prefix="edge-llm-sim-genie-") as tmp:
+        with contextlib.suppress(OSError):
+            for entry in base.iterdir():
+                os.symlink(entry, Path(tmp) / entry.name)
+        cfg_path = Path(tmp) / ".dialog-config.json"
+        cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
+        model = rt.read_genie(view, cfg_path)
+    model.path = str(base)
+    return model
+
+
+def _message_text(prompt: str) -> str:
+    """A conversation message (JSON) reduced to its text; plain prompts unchanged."""
+    try:
+        msg = json.loads(prompt)
+    except ValueError:
+        return prompt
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return prompt
+
+
+def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[rt.Timing, list[tuple[float, str]]]:
+    """The timing and the chunks (with the sleep before each) of one generation."""
+    text_in = _message_text(prompt) if mode == "conv" else prompt
+    coherent = rt.answer_for(text_in)
+    limit = min([x for x in (loaded.limit, max_tokens if max_tokens > 0 else None) if x] or [0]) or None
+    if limit:
+        coherent = rt.first_tokens(coherent, limit)
+    n = rt.count_tokens(coherent)
+    t = rt.timing(loaded.view, loaded.model, rt.count_tokens(text_in) + 8, n, burst=loaded.burst,
+                  rng=random.Random())
+    text = rt.garbage_for(text_in, n) if loaded.garbage else coherent
+    words = re.findall(r"\s*\S+", text)
+    per_token = t.decode_s / max(n, 1)
+    chunks: list[tuple[float, str]] = []
+    for i, w in enumerate(words):
+        cost = _scaled(loaded.view, per_token * max(1, rt.count_tokens(w)))
+        if i == 0:
+            cost = _scaled(loaded.view, t.ttft_s)
+        if mode == "conv":
+            w = json.dumps({"role": "assistant", "content": [{"type": "text", "text": w}]})
+        chunks.append((cost, w.replace("\n", " ").replace("\t", " ")))
+    return t, chunks
+
+
+def _read_payload(inp: BinaryIO, n: int) -> str:
+    data = inp.read(n)
+    return data.decode("utf-8", errors="replace")
+
+
+def serve(kind: str, inp: BinaryIO | None = None, out: Any = None) -> int:
+    """Answer one library instance's requests until its pipe closes."""
+    inp = inp or sys.stdin.buffer
+    out = out or sys.stdout
+    try:
+        view = rt.BoardView.load()
+    except (OSError, ValueError):
+        print(f"{kind}: not on a virtual board (no {rt.SIM_DIR})", file=sys.stderr)
+        out.write("FAIL not on a virtual board\n")
+        out.flush()
+        return 1
+    loaded: Loaded | None = None
+    while True:
+        line = inp.readline()
+        if not line:
+            return 0
+        parts = line.decode("ascii", errors="replace").split()
+        if not parts:
+            continue
+        if parts[0] == "L":
+            payload = _read_payload(inp, int(parts[1]))
+            try:
+                loaded = load_litert(view, payload) if kind == "litert" else load_genie(view, payload)
+            except rt.RuntimeFailure as failure:
+                for ln in failure.lines:
+                    print(ln, file=sys.stderr)
+                sys.stderr.flush()
+                out.write(f"FAIL {failure.lines[-1] if failure.lines else 'failure'}\n")
+                out.flush()
+                continue
+            exp = rt.timing(view, loaded.model, 1, 0, burst=loaded.burst)
+            out.write(f"OK {exp.init_s:.4f} {_scaled(view, exp.init_s):.4f}\n")
+            out.flush()
+        elif parts[0] == "Q" and loaded is not None:
+            prompt = _read_payload(inp, int(parts[3]))
+            t, chunks = answer(loaded, prompt, int(parts[2]), parts[1])
+            out.write(f"R {t.ttft_s:.4f} {t.prefill_s:.4f} {t.prompt_tokens} {t.decode_s:.4f} "
+                      f"{t.decode_tokens} {len(chunks)}\n")
+            for cost, chunk in chunks:
+                out.write(f"{cost:.5f}\t{chunk}\n")
+            out.flush()
+        else:
+            out.write("FAIL protocol\n")
+            out.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1] if len(sys.argv) > 1 else "litert"))

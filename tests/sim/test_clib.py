@@ -1,0 +1,112 @@
+"""The stand-in C libraries on virtual boards, bound with the service's own ctypes prototypes.
+
+What a user of the service would notice: the model loads once (engine/dialog create), a request's
+first chunk comes after the runtime's TTFT and not after a model load, the board's faults show
+through the library as they do through litert_lm_main / genie-t2t-run, and cancel stops a
+generation.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from provisioner import catalog, layout
+from provisioner.sim import host
+from provisioner.sim.runtime import GARBAGE_TOKEN, answer_for
+from tests.sim.test_host_support import needs_root
+
+pytestmark = [needs_root, pytest.mark.root]
+
+CLIENT = (Path(__file__).with_name("clib_client.py")).read_text(encoding="utf-8")
+QUESTION = "Explain what Qualcomm is in two sentences."
+GENIE_Q = "Explain gravity in one short English sentence."
+
+
+def _run(vb, runtime: str, *args: str, user: str | None = None) -> tuple[dict, str]:
+    q = layout.LITERT_QAIRT if runtime == "litert_lm" else "2.45.0.260326"
+    env = layout.run_env(catalog.board(vb.board_id), runtime, q)
+    quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in args)
+    cmd = (f"cd / && env LD_LIBRARY_PATH={env.ld_library_path} ADSP_LIBRARY_PATH={env.adsp_library_path} "
+           f"/run/edge-llm-sim/python3 - {quoted}")
+    if user:
+        cmd = f"setpriv --reuid {user} --regid {user} --init-groups sh -c \"{cmd}\""
+    out = subprocess.run(host.ssh_argv(vb, cmd), input=CLIENT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def _litert(vb, prompt: str = QUESTION, *extra: str, user: str | None = None) -> tuple[dict, str]:
+    model = subprocess.run(host.ssh_argv(vb, "ls /opt/edge-llm/models/gemma-4-e2b/current/*.litertlm"),
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    return _run(vb, "litert_lm", "litert", model, f"{layout.litert_dir()}/lib", prompt, *extra, user=user)
+
+
+def _genie(vb, *extra: str) -> tuple[dict, str]:
+    return _run(vb, "genie", "genie", "/opt/edge-llm/models/nemotron-nano-8b/current/genie_config.json",
+                GENIE_Q, *extra)
+
+
+@pytest.fixture(scope="module")
+def gemma(module_boards):
+    return module_boards.start()
+
+
+def test_litert_c_api_streams_the_answer_at_the_runtime_speed(gemma):
+    res, err = _litert(gemma)
+    assert res["loaded"] and res["rc"] == 0 and res["error"] is None
+    assert res["text"] == answer_for(QUESTION) and res["n"] > 10        # streamed chunk by chunk
+    assert res["returned_s"] < res["first_s"]                             # non-blocking, like the real call
+    expected = catalog.board("iq-8275-evk").expected("gemma-4-e2b", "qli")
+    assert res["decode_rate"] == pytest.approx(expected.decode_tok_s, rel=0.08)
+    assert res["ttft"] == pytest.approx(expected.ttft_s, rel=0.1)
+    assert "Set HTP performance mode: 2" in err
+
+
+def test_litert_cancel_stops_the_generation(gemma):
+    res, _ = _litert(gemma, QUESTION, "cancel")
+    assert res["error"].startswith("CANCELLED")
+    assert res["n"] < 5 and answer_for(QUESTION).startswith(res["text"])
+
+
+def test_litert_faults_show_through_the_library(boards):
+    vb = boards.start(faults=("memlock",))
+    res, err = _litert(vb)
+    assert not res["loaded"]
+    assert "Could not allocate persistent weights buffer!" in err
+    ok_board = boards.start(faults=("no-burst",))
+    res, err = _litert(ok_board)
+    assert res["decode_rate"] == pytest.approx(16.0, rel=0.1)
+    assert "Null Qualcomm options" in err
+
+
+def test_litert_service_user_without_fastrpc_group_cannot_load(boards):
+    vb = boards.start(faults=("no-fastrpc-group",))
+    res, err = _litert(vb, user="llm")
+    assert not res["loaded"] and "/dev/fastrpc-cdsp: Permission denied" in err
+
+
+@pytest.fixture(scope="module")
+def nemotron(module_boards):
+    return module_boards.start("iq-9075-evk")
+
+
+def test_genie_dialog_query_streams_with_sentence_codes(nemotron):
+    res, _ = _genie(nemotron)
+    assert res["config_status"] == 0 and res["create_status"] == 0 and res["rc"] == 0
+    assert res["text"] == answer_for(GENIE_Q)
+    assert res["codes"][0] == 1 and res["codes"][-1] == 3 and set(res["codes"][1:-1]) <= {2}
+    limited, _ = _genie(nemotron, "4")                       # GenieDialog_setMaxNumTokens
+    assert answer_for(GENIE_Q).startswith(limited["text"]) and len(limited["text"]) < len(res["text"])
+
+
+def test_genie_wrong_soc_model_is_garbage_and_qairt_mismatch_fails_create(boards):
+    vb = boards.start("iq-9075-evk", faults=("wrong-soc-model",))
+    res, _ = _genie(vb)
+    assert res["rc"] == 0 and GARBAGE_TOKEN * 4 in res["text"]
+    bad = boards.start("iq-9075-evk", faults=("truncated-model",))
+    res, err = _genie(bad)
+    assert res["create_status"] == -1 and "bytes present" in err
