@@ -37,7 +37,6 @@ BUILTIN_EXAMPLES = ("gemma4-e2b-iq8275.yaml", "nemotron-nano-iq9075.yaml")
 # soc_model lives in a Genie bundle's HTP config.
 FAULT_RUNTIME = {"no-burst": "litert_lm", "soc-config-14001": "litert_lm", "wrong-soc-model": "genie"}
 CONSOLE_PASSWORD_FILE = "console.pw"   # in the sim root, mode 0600
-SERVE_PORT_BASE = 18080   # boards share the host network in the simulator: one port block per board
 HOST_TOOLS = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("mkfs.ext4", "e2fsprogs"),
               ("debugfs", "e2fsprogs"), ("unshare", "util-linux"))
 PYTHON_TOOLS = ("ansible-playbook", "ansible-inventory")   # ansible-core, a pip dependency of this tool
@@ -448,7 +447,6 @@ class Rehearsal:
 
         path = control.write_inventory(self.sim_root, self.inventory)
         inv = yaml.safe_load(path.read_text(encoding="utf-8"))
-        port = SERVE_PORT_BASE
         for lane in self.lanes:
             group = inv["all"]["children"].get(inventory.group_name(lane.board.id))
             if not group or lane.release_dir is None:
@@ -457,9 +455,6 @@ class Rehearsal:
                 group["vars"] = inventory.group_vars(
                     expected_build_id=release.id, models=inventory.models_from_release(release.models),
                     download_mode=lane.manifest.image.download_mode)
-            for hv in group["hosts"].values():
-                hv["edge_llm_serve_port_base"] = port
-                port += 10
         inventory.write_inventory(path, inv)
         return path
 

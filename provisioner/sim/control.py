@@ -177,14 +177,17 @@ def _root_lock(root: Path):
 def write_inventory(root: str | os.PathLike[str] | None, path: Path | None = None) -> Path:
     """Ansible inventory of every booted board with an SSH address (``<root>/inventory.yml``).
 
-    Written by the inventory contract's writer, so a virtual board's inventory has the keys a
-    station export has; host connection variables (address, port, controller key, known_hosts,
-    the board's python) come from :func:`provisioner.sim.host.inventory_hosts`.
+    Each board's ``edge_llm_serve_port_base`` is its own block (:mod:`provisioner.sim.ports`), so
+    boards and concurrent rehearsals never share a service port. Written by the inventory
+    contract's writer, so a virtual board's inventory has the keys a station export has; host
+    connection variables (address, port, controller key, known_hosts, the board's python)
+    come from :func:`provisioner.sim.host.inventory_hosts`.
     """
-    from provisioner.sim import host
+    from provisioner.sim import host, ports
 
     root_p = sim_root(root)
-    booted = {b.serial for b in list_boards(root_p) if b.state == "booted"}
+    by_serial = {b.serial: b for b in list_boards(root_p) if b.state == "booted"}
+    booted = set(by_serial)
     hosts = []
     for name, hv in sorted(host.inventory_hosts(root_p).items()):
         if hv.get("board_serial") not in booted:
@@ -193,7 +196,9 @@ def write_inventory(root: str | os.PathLike[str] | None, path: Path | None = Non
                       if k.startswith("ansible_") and k not in ("ansible_host", "ansible_port", "ansible_user")}
         hosts.append((name, inventory.host_vars(
             board=hv["board_type"], address=hv["ansible_host"], port=hv["ansible_port"], user=hv["ansible_user"],
-            serial=hv["board_serial"], connection=connection)))
+            serial=hv["board_serial"], connection=connection,
+            # its own service ports: boards share the loopback, real boards have their own address
+            serve_port_base=ports.serve_port_base(by_serial[hv["board_serial"]]))))
     inv = inventory.build_inventory(hosts)
     out = inventory.write_inventory(Path(path) if path else root_p / "inventory.yml", inv)
     if out != root_p / "inventory.yml":
