@@ -1,9 +1,12 @@
-SUMMARY = "On-board HTTP inference service for litert_lm_main and genie-t2t-run"
-DESCRIPTION = "A stdlib-only Python HTTP service (GET /health, POST /v1/completions, OpenAI-compatible \
-               subset) that runs the model's runtime from an argv list with its chat template, one request \
-               at a time per NPU with a bounded queue. Instances are edge-llm-serve@<model>.service, configured \
-               by /etc/edge-llm/serve/<model>.json (written by the fleet's launch playbook). files/edge-llm-serve \
-               is the one source: the provisioner imports it and its launch playbook copies it to boards."
+SUMMARY = "On-board OpenAI-compatible LLM service (LiteRT-LM / Genie C APIs through ctypes)"
+DESCRIPTION = "A stdlib-only Python service that loads the model once through the runtime's C API \
+               (LiteRT-LM's c/engine.h library or QAIRT's libGenie.so) and serves GET /v1/models, \
+               POST /v1/chat/completions and /v1/completions (SSE streaming), GET /health, /livez and \
+               /metrics (Prometheus text written by the service itself, so python3-prometheus-client is \
+               not needed). Bearer token per board, loopback unless a token exists. Instances are \
+               edge-llm-serve@<model>.service, configured by /etc/edge-llm/serve/<model>.json (written by \
+               the fleet's launch playbook). files/edge-llm-serve is the one source: the provisioner \
+               imports it and its launch playbook copies it to boards."
 SECTION = "ai"
 LICENSE = "Apache-2.0"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10"
@@ -35,4 +38,7 @@ do_install() {
 }
 
 FILES:${PN} += "${sysconfdir}/edge-llm/serve"
-RDEPENDS:${PN} = "python3-core python3-json python3-netserver"
+# Modules by package per openembedded-core meta/recipes-devtools/python/python3/python3-manifest.json:
+# ctypes, socket (io), hmac (netclient), queue (threading), resource, http.server (netserver).
+RDEPENDS:${PN} = "python3-core python3-ctypes python3-io python3-json python3-netclient python3-netserver \
+                  python3-resource python3-threading"
