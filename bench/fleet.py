@@ -3,7 +3,7 @@
 
 Prints wall time and controller CPU seconds per board for:
   verify      the real `fleet verify` (all checks + smoke inference): one module call per board,
-              judged on the controller (provisioner.fleet.checks)
+              judged on the controller (provisioner.fleet.verdict)
   per-check   one Ansible task per check (8 tasks: slurp/stat/command, smoke inference last)
   one-shell   a single shell task per board doing the same reads and the smoke inference (the floor)
 All three run with the same settings (pipelining, ControlPersist, forks = boards) through the same
@@ -37,9 +37,9 @@ sys.path.insert(0, str(REPO))
 
 from provisioner import catalog, layout  # noqa: E402
 from provisioner.contracts import inventory  # noqa: E402
-from provisioner.fleet import checks  # noqa: E402
 from provisioner.fleet.inventory import group_vars  # noqa: E402
 from provisioner.fleet.runner import ansible_env, run_playbook  # noqa: E402
+from provisioner.fleet.serve_config import smoke_run  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run  # noqa: E402
 
@@ -90,7 +90,7 @@ def bench_vars(board_id: str) -> dict[str, str]:
     b = catalog.board(board_id)
     gv = group_vars(board_id)
     m = inventory.ModelVars.from_vars(gv["edge_llm_models"][0])
-    run = checks.smoke_run(b, m, inventory.SMOKE_PROMPT, inventory.SMOKE_MAX_TOKENS)
+    run = smoke_run(b, m, inventory.SMOKE_PROMPT, inventory.SMOKE_MAX_TOKENS)
     def q(text: str) -> str:           # quote, keeping $W (the temp dir) expandable
         if "{work}" not in text:
             return shlex.quote(text)

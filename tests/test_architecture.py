@@ -74,7 +74,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def _resolve(name: str) -> str:
-    """The module an imported dotted name lives in (``fleet.checks.HostVars`` -> ``fleet.checks``)."""
+    """The module an imported dotted name lives in (``fleet.verdict.HostVars`` -> ``fleet.verdict``)."""
     parts = name.split(".")
     while parts:
         cand = PKG.joinpath(*parts)
@@ -137,7 +137,7 @@ def test_imports_follow_the_flow():
 def test_rule_catches_a_backward_import():
     assert _violation("plan", "image.render")
     assert _violation("station", "manifest")
-    assert _violation("fleet.checks", "sim.board")
+    assert _violation("fleet.verdict", "sim.board")
     assert _violation("station.flash", "fleet.inventory")
     assert _violation("plan", "contracts.inventory") is None
     assert _violation("cli.sim", "sim.board") is None

@@ -13,8 +13,8 @@ from typing import Any
 
 from provisioner import layout
 from provisioner.contracts.inventory import HostVars
-from provisioner.fleet.checks import serve_config
 from provisioner.fleet.onboard import SERVE_SCRIPT
+from provisioner.fleet.serve_config import serve_config
 
 SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
 DROPIN_NAME = "50-edge-llm-model.conf"

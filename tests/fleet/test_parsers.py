@@ -7,7 +7,7 @@ import json
 import pytest
 
 from provisioner.contracts.inventory import ModelVars
-from provisioner.fleet import checks
+from provisioner.fleet import diagnosis, verdict
 from provisioner.fleet.onboard import serve
 
 # What litert_lm_main printed in seed 000 (Ubuntu, ~28 tok/s, values with "~").
@@ -95,23 +95,23 @@ def test_seed_002_garbage_is_detected(text):
     ("rpcmem_android.c dummy call", "litert_lm", None),
 ])
 def test_log_signatures_map_to_seed_diagnoses(log, runtime, key):
-    assert checks.diagnose_log(log, runtime) == key
+    assert diagnosis.diagnose_log(log, runtime) == key
     if key:
-        assert checks.DIAGNOSES[key].remedy
+        assert diagnosis.DIAGNOSES[key].remedy
 
 
 def test_smoke_check_flags_slow_decode_as_missing_burst():
     m = ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
                            min_decode_tok_s=25.6, max_ttft_s=0.5)
     slow = LITERT_UBUNTU.replace("~28 tokens/sec", "16.1 tokens/sec")
-    check, fig = checks.smoke_check(m, {"rc": 0, "stdout": slow, "stderr": "W dispatch] Null Qualcomm options"})
+    check, fig = verdict.smoke_check(m, {"rc": 0, "stdout": slow, "stderr": "W dispatch] Null Qualcomm options"})
     assert not check.ok and check.diagnosis == "no-burst" and fig["decode_tok_s"] == 16.1
-    check, _ = checks.smoke_check(m, {"rc": 0, "stdout": LITERT_UBUNTU, "stderr": "HtpPerformanceMode: 2"})
+    check, _ = verdict.smoke_check(m, {"rc": 0, "stdout": LITERT_UBUNTU, "stderr": "HtpPerformanceMode: 2"})
     assert check.ok
 
 
 def test_pam_memlock_rules_root_needs_its_own_line():
     wildcard_only = "*    soft    memlock    unlimited\n*    hard    memlock    unlimited\n"
-    assert checks.pam_memlock("root", [wildcard_only]) == 8192 * 1024          # pam_limits: * never covers root
-    assert checks.pam_memlock("llm", [wildcard_only]) == "infinity"
-    assert checks.pam_memlock("root", [wildcard_only, "root - memlock unlimited"]) == "infinity"
+    assert verdict.pam_memlock("root", [wildcard_only]) == 8192 * 1024          # pam_limits: * never covers root
+    assert verdict.pam_memlock("llm", [wildcard_only]) == "infinity"
+    assert verdict.pam_memlock("root", [wildcard_only, "root - memlock unlimited"]) == "infinity"

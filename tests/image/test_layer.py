@@ -248,7 +248,7 @@ def test_memlock_files(tmp_path, distro_layer):
     limits = (dest / layout.LIMITS_FILE.lstrip("/")).read_text()
     assert "*    hard    memlock    unlimited" in limits
     # pam_limits skips '*' for root: the fleet's reading of the file must give root unlimited too
-    from provisioner.fleet.checks import pam_memlock
+    from provisioner.fleet.verdict import pam_memlock
 
     assert pam_memlock("root", [limits]) == "infinity"
     assert pam_memlock("llm", [limits]) == "infinity"

@@ -1,7 +1,8 @@
 """Controller side of edge_llm.fleet.verify: build the probe spec, run the board module once, judge the result.
 
 All board knowledge (layout paths, thresholds, output parsers, the known failure signatures) is in
-provisioner.fleet.checks; this plugin only moves data between it and the board.
+provisioner.fleet (probe builds the spec, verdict judges the answers); this plugin only moves data
+between them and the board.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from ansible.plugins.action import ActionBase
 # instead of reaching into a checkout: the built collection runs on any controller that has it.
 try:
     from provisioner.contracts import inventory
-    from provisioner.fleet import checks
+    from provisioner.fleet import probe as fleet_probe
+    from provisioner.fleet import verdict as fleet_verdict
 except ImportError as exc:
     _MISSING = f"{exc}"
 else:
@@ -37,7 +39,7 @@ class ActionModule(ActionBase):
         except Exception as exc:  # UserError from the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_verify: {exc}") from exc
         smoke_only = bool(args.get("smoke_only", False))
-        spec = checks.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
+        spec = fleet_probe.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
                                  model_dir_override=args.get("model_dir") or None)
         repeat = int(args.get("repeat") or 1)
         for run in spec["runs"].values():
@@ -49,13 +51,13 @@ class ActionModule(ActionBase):
         if raw.get("failed") or "probe" not in raw:
             result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
             return result
-        verdict = checks.evaluate(expect, raw["probe"], smoke_only=smoke_only)
+        verdict = fleet_verdict.evaluate(expect, raw["probe"], smoke_only=smoke_only)
         if args.get("only_model"):
             verdict["models"] = {k: v for k, v in verdict["models"].items() if k == args["only_model"]}
         result["changed"] = False
         if repeat > 1:
             verdict["kind"] = "benchmark"
-            verdict["benchmark"] = checks.benchmark_summary(expect, raw["probe"].get("repeats") or {})
+            verdict["benchmark"] = fleet_verdict.benchmark_summary(expect, raw["probe"].get("repeats") or {})
             result["edge_llm"] = verdict
         else:
             result["edge_llm"] = {"kind": "verify", **verdict}

@@ -1,245 +1,30 @@
-"""Verify: what to look at on a board (probe spec) and what it means (verdict), both on the controller.
+"""Verify's verdict: turn a board's raw probe answers into checks, figures and ok/not ok.
 
-The board side is a dumb gatherer (``playbooks/library/edge_llm_verify.py``): it reads the files,
-stats the paths, asks systemctl and runs the smoke inference named in a *spec*, and returns raw
-JSON in ONE module call. Everything that knows about boards - the on-board paths
-(:mod:`provisioner.layout`), the thresholds, the runtimes' output formats and the known failure
-signatures - stays here, in Python, on the controller. That keeps a 50-board verify at one SSH
-round trip per board and keeps the rules testable without a board.
+A *check* here is one judged item of a board's verify report (identity, release, fastrpc, memlock,
+QAIRT, model files, smoke inference); the report's ``checks`` list holds them. Each failed check
+names its cause in :mod:`provisioner.fleet.diagnosis`. The spec the answers come from is
+:mod:`provisioner.fleet.probe`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.contracts.inventory import HostVars, ModelVars
+from provisioner.fleet.diagnosis import DIAGNOSES, diagnose_log
 from provisioner.fleet.onboard import serve
 
 MEMLOCK_MIN_BYTES = 2 * 1024**3      # FastRPC pins ~1.17 GB of weights; anything below fails to load
 RLIM_INFINITY_TEXT = "infinity"
-SMOKE_TIMEOUT_S = 300
-DT_BASE = "/sys/firmware/devicetree/base"    # /proc/device-tree is a symlink to it on DT kernels
-LIMITS_CONF = "/etc/security/limits.conf"
-LIMITS_D = "/etc/security/limits.d"
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """The cause of a failure, what to do about it, and a public source the user can open."""
-
-    cause: str
-    remedy: str
-    source: str
-
-
-# Public sources a user can open, shared by several diagnoses
-_FASTRPC_SRC = "meta-qcom recipes-support/fastrpc/fastrpc_1.0.6.bb (ef0004df); github.com/qualcomm/fastrpc"
-_QAIRT_SRC = "QAIRT docs (Qualcomm AI Runtime SDK): HTP backend, context binaries and libQnnHtp*Skel per build"
-_SOC_SRC = "QAIRT docs (Qualcomm AI Runtime SDK): htp_backend_ext_config.json soc_model / dsp_arch"
-_MEMLOCK_SRC = "systemd.exec(5) LimitMEMLOCK=; limits.conf(5) applies to PAM sessions only"
-
-# symptom key -> diagnosis (the failure signatures the runtimes print on QLI 2.0 boards)
-DIAGNOSES: dict[str, Diagnosis] = {
-    "wrong-board": Diagnosis("the board is not the type its inventory group says",
-                             "move the host to the group of the board it is (or reflash it)", "inventory"),
-    "release": Diagnosis("the board runs another image build than the fleet expects",
-                         "flash the expected release (provisioner station) or update edge_llm_expected_build_id",
-                         "release manifest"),
-    "fastrpc-missing": Diagnosis("FastRPC userspace or device missing: the runtime cannot reach the cDSP "
-                                 "(Genie reports 'Failed to create device: 14001')",
-                                 "install QLI's fastrpc package, enable cdsprpcd.service", _FASTRPC_SRC),
-    "fastrpc-perms": Diagnosis("/dev/fastrpc-cdsp is not what fastrpc's udev rule sets (fastrpc:fastrpc 0660): "
-                               "the service user cannot open it, or users outside group fastrpc can",
-                               "restore fastrpc's 60-fastrpc.rules (no later rule may change OWNER/GROUP/MODE), "
-                               "then udevadm trigger /dev/fastrpc-cdsp; the service user joins group fastrpc",
-                               "github.com/qualcomm/fastrpc files/60-fastrpc.rules (05b9e02); meta-qcom "
-                               "recipes-support/fastrpc/fastrpc_1.0.6.bb (ef0004df)"),
-    "fastrpc-group": Diagnosis("the inference user is not in group fastrpc: it cannot open /dev/fastrpc-cdsp "
-                               "(Genie: 'Failed to create device: 14001')",
-                               "usermod -aG fastrpc <user> (the image's EXTRA_USERS_PARAMS / the serve unit's "
-                               "SupplementaryGroups=fastrpc)", _FASTRPC_SRC),
-    "cdsprpcd": Diagnosis("cdsprpcd.service is not active", "systemctl enable --now cdsprpcd.service",
-                          _FASTRPC_SRC),
-    "qairt-missing": Diagnosis("the model's exact QAIRT build is not installed (host libs and skel must come from "
-                               "the build the context binaries were compiled with)",
-                               "deploy QAIRT <version> (provisioner fleet deploy) or rebuild the image with it",
-                               _QAIRT_SRC),
-    "qairt-mismatch": Diagnosis("QAIRT on the board differs from the build the model needs (stub/skel or context "
-                                "binary version mismatch)",
-                                "install the exact QAIRT build and point LD_LIBRARY_PATH/ADSP_LIBRARY_PATH at it",
-                                _QAIRT_SRC),
-    "runtime-missing": Diagnosis("the runtime (litert_lm_main or genie-t2t-run) is not installed where the layout "
-                                 "says", "deploy the runtime (provisioner fleet deploy)", "layout"),
-    "truncated-model": Diagnosis("the model file is truncated or corrupted (LiteRT: 'TF_LITE_PREFILL_DECODE not "
-                                 "found', mmap errors)", "re-download it and check size and sha256 "
-                                 "(provisioner fleet deploy re-fetches it)", "release manifest (size, sha256)"),
-    "model-missing": Diagnosis("the model is not installed (no current version)",
-                               "deploy it (provisioner fleet deploy)", "layout"),
-    "soc-model": Diagnosis("htp_backend_ext_config.json / context binaries target another soc_model: loads without "
-                           "error, then garbage after the first tokens",
-                           "export/compile the bundle for this board (soc_model/dsp_arch from the catalog)",
-                           _SOC_SRC),
-    "garbage": Diagnosis("output right for a token or two, then garbage: context binary compiled with the wrong "
-                         "or generic soc_model (0)",
-                         "recompile with soc_model/dsp_arch set for this board and redeploy",
-                         _SOC_SRC),
-    "memlock": Diagnosis("locked-memory limit too low (QLI default 8 MB); FastRPC must pin ~1.17 GB "
-                         "('Could not allocate persistent weights buffer!', cDSP may crash)",
-                         "LimitMEMLOCK=infinity for the service (limits.conf does not apply to systemd) and "
-                         "'* - memlock unlimited' in limits.d for shells", _MEMLOCK_SRC),
-    "soc-config-14001": Diagnosis("LiteRT forces a SoC custom config that QLI's QNN rejects "
-                                  "('QnnDevice_create ... 14001')",
-                                  "rebuild litert_lm_main with patch 3 (SoC guard)",
-                                  "layers/meta-edge-llm/recipes-ai/litert-lm/files/0003-htp_backend-let-QNN-detect-the-SoC-on-aarch64.patch"),
-    "no-burst": Diagnosis("burst mode never requested on Linux: decode ~16 tok/s, 'Null Qualcomm options'",
-                          "rebuild litert_lm_main with patch 2 (HTP burst on Linux)",
-                          "layers/meta-edge-llm/recipes-ai/litert-lm/files/0002-npu-executor-request-HTP-burst-mode-on-Linux.patch"),
-    "dispatch-dir": Diagnosis("dispatch library dir not set on Linux ('NPU accelerator could not be loaded')",
-                              "rebuild litert_lm_main with patch 1",
-                              "layers/meta-edge-llm/recipes-ai/litert-lm/files/0001-litert_util-use-the-dispatch-library-dir-on-Linux.patch"),
-    "cpu-backend": Diagnosis("CPU backend asked for an NPU-only model", "run with --backend npu", "model.json backend"),
-    "slow": Diagnosis("decode slower than the reference floor", "check burst mode, thermal state and CPU governor; "
-                      "compare like with like (same output length)", "catalog models.yaml decode floor"),
-    "ttft": Diagnosis("time to first token above the floor", "check burst mode and that nothing else uses the NPU",
-                      "catalog models.yaml TTFT ceiling"),
-    "download-mode": Diagnosis("qcom_scm download_mode differs from the fleet policy (1 parks a crashed board in "
-                               "EDL ramdump 900e until power-cycled)",
-                               "echo 0 > /sys/module/qcom_scm/parameters/download_mode, or boot with "
-                               "qcom_scm.download_mode=0", "Linux drivers/firmware/qcom/qcom_scm.c download_mode"),
-    "smoke-failed": Diagnosis("the smoke inference failed", "read the log tail in the report", "fleet"),
-    "probe": Diagnosis("the board could not be probed", "check SSH access and python3 on the board", "fleet"),
-}
-
-# Log signatures -> diagnosis key, most specific first.
-SIGNATURES: list[tuple[re.Pattern[str], str, str | None]] = [
-    (re.compile(r"Could not allocate persistent weights buffer"), "memlock", None),
-    (re.compile(r"TF_LITE_PREFILL_DECODE not found|failed to mmap|mmap .*failed|truncated", re.I),
-     "truncated-model", None),
-    (re.compile(r"Main backend constraint mismatch"), "cpu-backend", None),
-    (re.compile(r"NPU accelerator could not be loaded|DISPATCH_OP failed to prepare"), "dispatch-dir", None),
-    (re.compile(r"Stub lib id mismatch|stub/skel|skel.*mismatch|version mismatch|QAIRT.*(mismatch|newer|older)|"
-                r"[Cc]ontext binary (was built with|.*(newer|older|incompatible))|Incompatible .*version|"
-                r"createFromBinary failed with error 5001", re.I), "qairt-mismatch", None),
-    (re.compile(r"Failed to set up QNN manager|QnnDevice_create.*14001|14001"), "soc-config-14001", "litert_lm"),
-    (re.compile(r"Failed to create device: 14001|Device Creation failure|14001"), "fastrpc-missing", "genie"),
-    (re.compile(r"Null Qualcomm options"), "no-burst", None),
-]
-
-
-def diagnose_log(text: str, runtime: str) -> str | None:
-    """Diagnosis key for a runtime log (None when no known signature is in it)."""
-    for pattern, key, only in SIGNATURES:
-        if only and only != runtime:
-            continue
-        if pattern.search(text):
-            return key
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The serve config (shared by launch, the smoke inference and benchmark)
-# ---------------------------------------------------------------------------------------------
-
-
-def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind: str = "127.0.0.1",
-                 model_dir: str | None = None, port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
-    """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port)."""
-    env = layout.run_env(board, model.runtime, model.qairt)
-    if model.runtime == "litert_lm":
-        exe = f"{layout.litert_dir()}/bin/litert_lm_main"
-    else:
-        exe = f"{layout.qairt_bin_dir(model.qairt)}/genie-t2t-run"
-    cfg: dict[str, Any] = {
-        "model": model.name,
-        "runtime": model.runtime,
-        "model_dir": model_dir or layout.model_current(model.name),
-        "executable": exe,
-        "chat_template": model.chat_template if model.chat_template in serve.TEMPLATES else "plain",
-        "bind": bind,
-        "port": model.port or int(port_base) + index,
-        "env": env.as_env(),
-    }
-    if model.runtime == "litert_lm":
-        cfg["model_file"] = model.file or f"{model.name}.litertlm"
-    else:
-        cfg["genie_config"] = "genie_config.json"
-    if model.system_prompt:
-        cfg["system_prompt"] = model.system_prompt
-    elif model.chat_template == "llama3" and "nemotron" in model.name:
-        cfg["system_prompt"] = "detailed thinking off"
-    return cfg
-
-
-def smoke_run(board: catalog.Board, model: ModelVars, prompt: str, max_tokens: int | None,
-              model_dir: str | None = None) -> dict[str, Any]:
-    """argv/env/files for one smoke inference, with ``{work}`` standing for a fresh temp dir on the board."""
-    cfg = serve_config(board, model, model_dir=model_dir)
-    templated = serve.apply_chat_template(cfg["chat_template"], prompt, cfg.get("system_prompt"))
-    argv, files = serve.build_argv(cfg, templated, "{work}", None)
-    return {"argv": argv, "env": cfg["env"], "files": files, "cwd": cfg["model_dir"], "timeout": SMOKE_TIMEOUT_S,
-            "collect": ["{work}/profile.json"] if model.runtime == "genie" else [], "runtime": model.runtime,
-            "max_tokens": max_tokens}
-
-
-# ---------------------------------------------------------------------------------------------
-# Probe spec (controller -> board)
-# ---------------------------------------------------------------------------------------------
-
-
-def probe_spec(expect: HostVars, *, only_model: str | None = None, smoke_only: bool = False,
-               model_dir_override: dict[str, str] | None = None) -> dict[str, Any]:
-    """Everything the board-side gatherer must read/stat/run for ``expect``, as plain JSON."""
-    b = expect.board
-    overrides = model_dir_override or {}
-    models = [m for m in expect.models if only_model in (None, m.name)]
-    spec: dict[str, Any] = {"read": {}, "stat": {}, "exists": {}, "units_active": {}, "units_show": {},
-                            "rlimit_memlock": True, "models": {}, "runs": {}, "qairt": {},
-                            "rehash": expect.rehash}
-    if not smoke_only:
-        spec["read"] = {
-            "soc0_machine": layout.SOC0_MACHINE, "soc_id": layout.SOC0_SOC_ID,
-            "dt_compatible": [layout.DT_COMPATIBLE, DT_BASE + "/compatible"],
-            "dt_model": [layout.DT_MODEL, DT_BASE + "/model"], "os_release": layout.OS_RELEASE,
-            "download_mode": layout.DOWNLOAD_MODE_PARAM,
-            "limits_conf": LIMITS_CONF,
-        }
-        spec["read_dir"] = {"limits_d": LIMITS_D}
-        spec["stat"] = {"fastrpc_device": layout.FASTRPC_DEVICE, "fastrpc_lib": layout.FASTRPC_LIB}
-        spec["units_active"] = {"cdsprpcd": layout.FASTRPC_SERVICE}
-        spec["group_members"] = [layout.FASTRPC_GROUP]
-        for m in models:
-            genie = m.runtime == "genie"
-            spec["exists"][f"qairt:{m.name}"] = [layout.qairt_dir(m.qairt)] + layout.qairt_files(b, m.qairt, genie)
-            if m.runtime == "litert_lm":
-                spec["exists"][f"runtime:{m.name}"] = [f"{layout.litert_dir()}/{f}" for f in layout.LITERT_FILES]
-            host = layout.qairt_host_lib_dir(b, m.qairt)
-            skel = f"{layout.qairt_skel_dir(b, m.qairt)}/{b.skel_lib}"
-            spec["qairt"][m.name] = {"root": layout.QAIRT_ROOT, "marker": f"{layout.qairt_dir(m.qairt)}/sdk.yaml",
-                                     "libs": [f"{host}/libQnnHtp.so", skel]}
-            unit = layout.SERVE_UNIT.replace("@.", f"@{m.name}.")
-            spec["units_show"][f"memlock:{m.name}"] = [unit, "LimitMEMLOCK"]
-    for m in models:
-        mdir = overrides.get(m.name, layout.model_current(m.name))
-        if not smoke_only:
-            spec["models"][m.name] = {"dir": mdir, "meta": layout.MODEL_META,
-                                      "json": ["htp_backend_ext_config.json"] if m.runtime == "genie" else [],
-                                      "hash": True}
-        if expect.smoke:
-            spec["runs"][m.name] = smoke_run(b, m, expect.prompt, expect.max_tokens, model_dir=mdir)
-    return spec
-
-
-# ---------------------------------------------------------------------------------------------
-# Verdict (board -> controller)
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Check:
+    """One judged item of the report; a failed one names its diagnosis key."""
+
     name: str
     ok: bool
     detail: str = ""

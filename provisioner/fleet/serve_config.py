@@ -1,0 +1,56 @@
+"""The config edge-llm-serve reads for one model, and the smoke inference built from it.
+
+One builder for three users: the serve units ``fleet deploy`` installs
+(:mod:`provisioner.fleet.service`), verify's smoke inference (:mod:`provisioner.fleet.probe`) and the
+benchmark, so all three run the runtime with the same executable, environment and chat template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner import catalog, layout
+from provisioner.contracts.inventory import ModelVars
+from provisioner.fleet.onboard import serve
+
+SMOKE_TIMEOUT_S = 300
+
+
+def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind: str = "127.0.0.1",
+                 model_dir: str | None = None, port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
+    """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port)."""
+    env = layout.run_env(board, model.runtime, model.qairt)
+    if model.runtime == "litert_lm":
+        exe = f"{layout.litert_dir()}/bin/litert_lm_main"
+    else:
+        exe = f"{layout.qairt_bin_dir(model.qairt)}/genie-t2t-run"
+    cfg: dict[str, Any] = {
+        "model": model.name,
+        "runtime": model.runtime,
+        "model_dir": model_dir or layout.model_current(model.name),
+        "executable": exe,
+        "chat_template": model.chat_template if model.chat_template in serve.TEMPLATES else "plain",
+        "bind": bind,
+        "port": model.port or int(port_base) + index,
+        "env": env.as_env(),
+    }
+    if model.runtime == "litert_lm":
+        cfg["model_file"] = model.file or f"{model.name}.litertlm"
+    else:
+        cfg["genie_config"] = "genie_config.json"
+    if model.system_prompt:
+        cfg["system_prompt"] = model.system_prompt
+    elif model.chat_template == "llama3" and "nemotron" in model.name:
+        cfg["system_prompt"] = "detailed thinking off"
+    return cfg
+
+
+def smoke_run(board: catalog.Board, model: ModelVars, prompt: str, max_tokens: int | None,
+              model_dir: str | None = None) -> dict[str, Any]:
+    """argv/env/files for one smoke inference, with ``{work}`` standing for a fresh temp dir on the board."""
+    cfg = serve_config(board, model, model_dir=model_dir)
+    templated = serve.apply_chat_template(cfg["chat_template"], prompt, cfg.get("system_prompt"))
+    argv, files = serve.build_argv(cfg, templated, "{work}", None)
+    return {"argv": argv, "env": cfg["env"], "files": files, "cwd": cfg["model_dir"], "timeout": SMOKE_TIMEOUT_S,
+            "collect": ["{work}/profile.json"] if model.runtime == "genie" else [], "runtime": model.runtime,
+            "max_tokens": max_tokens}
