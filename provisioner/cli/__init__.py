@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "station",
     "console",
     "fleet",
+    "ota",
     "sim",
     "rehearse",
 )

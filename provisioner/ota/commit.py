@@ -1,0 +1,139 @@
+"""The build side of OTA: find meta-updater's ``ostreecommit.tar.xz``, read it, put it in the release.
+
+What the file is (meta-updater f0e1ccaf, see :mod:`provisioner.ota`): a tar of the build's whole
+archive-mode ``OSTREE_REPO`` (``-C ${OSTREE_REPO} .``), xz-compressed, in the deploy folder as
+``<image>-<machine>.rootfs.ostreecommit.tar.xz``. The repo persists across builds, so the release's
+commit is the one ``refs/heads/<OSTREE_BRANCHNAME>`` names, not "the only commit in it".
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner.artifacts.hashing import sha256_file
+from provisioner.errors import ArtifactError
+from provisioner.ota import OTA_KINDS, TARBALL_PATH, TARBALL_SUFFIX, ostree
+
+HEX = set("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class OtaCommit:
+    """One release's OSTree commit as release.json records it (the contract in :mod:`provisioner.ota`)."""
+
+    commit: str
+    branch: str
+    size: int
+    sha256: str
+    content_size: int
+    version: str | None
+    subject: str
+    tarball: str = TARBALL_PATH
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "ostree", "tarball": self.tarball, "sha256": self.sha256, "size": self.size,
+                "branch": self.branch, "commit": self.commit, "version": self.version, "subject": self.subject,
+                "content_size": self.content_size}
+
+
+def find_tarball(deploy_dir: Path, image: str, machine: str) -> Path:
+    """The link name bitbake gives the tarball (IMAGE_LINK_NAME + type), else the newest dated one."""
+    link = deploy_dir / f"{image}-{machine}.rootfs{TARBALL_SUFFIX}"
+    if link.is_file():
+        return link
+    dated = sorted(deploy_dir.glob(f"{image}-{machine}.rootfs-*{TARBALL_SUFFIX}"), key=lambda p: p.name)
+    if dated:
+        return dated[-1]
+    raise ArtifactError(f"{deploy_dir}: no {image}-{machine}.rootfs{TARBALL_SUFFIX}",
+                        "the sota distro writes it only with BUILD_OSTREE_REPO_TARBALL = \"1\" "
+                        "(meta-qcom-distro qcom-distro-sota.inc); render with image.ota: ostree and build again")
+
+
+def extract_repo(tarball: Path, dest: Path) -> Path:
+    """Unpack the archive repo into ``dest``: regular files and folders only, nothing outside ``dest``.
+
+    An archive-mode repository holds only files and folders (symlinks of the image are stored as
+    objects), so anything else means the file is not what meta-updater wrote.
+    """
+    try:
+        with tarfile.open(tarball, "r:*") as tf:
+            members = tf.getmembers()
+            for m in members:
+                if not (m.isfile() or m.isdir()):
+                    raise ArtifactError(f"{tarball}: member '{m.name}' is not a file or folder",
+                                        "an OSTree archive repo holds only files; re-copy the build's tarball")
+            tf.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{tarball}: not a readable ostreecommit tarball ({exc})",
+                            "re-copy it from the build's deploy folder and compare its sha256") from exc
+    if ostree.repo_mode(dest) not in ("archive", "archive-z2"):
+        raise ArtifactError(f"{tarball}: holds no archive-mode OSTree repository (no config with mode=archive)",
+                            "use the <image>-<machine>.rootfs.ostreecommit.tar.xz of a qcom-distro-sota build")
+    return dest
+
+
+def branch_commit(repo: Path, machine: str, tarball: Path) -> tuple[str, str]:
+    """(branch, commit): the only branch, or the one named like the machine (OSTREE_BRANCHNAME default)."""
+    heads = repo / "refs" / "heads"
+    refs = sorted(str(p.relative_to(heads)) for p in heads.rglob("*") if p.is_file()) if heads.is_dir() else []
+    if not refs:
+        raise ArtifactError(f"{tarball}: the OSTree repository has no branch (refs/heads is empty)",
+                            "the build did not commit; look for do_image_ostreecommit in the build log")
+    if len(refs) == 1:
+        branch = refs[0]
+    elif machine in refs:
+        branch = machine
+    else:
+        raise ArtifactError(f"{tarball}: branches {', '.join(refs)}; none is {machine!r}",
+                            "OSTREE_BRANCHNAME defaults to the machine (meta-updater sota.bbclass); "
+                            "build with a clean ostree_repo or keep the default")
+    commit = (heads / branch).read_text().strip()
+    if len(commit) != 64 or not set(commit) <= HEX:
+        raise ArtifactError(f"{tarball}: refs/heads/{branch} is not a commit id ({commit[:70]!r})",
+                            "re-copy the tarball from the build's deploy folder")
+    return branch, commit
+
+
+def read_tarball(tarball: Path, machine: str) -> OtaCommit:
+    """Read commit id, branch, subject, version and sizes from an ostreecommit tarball."""
+    with tempfile.TemporaryDirectory(prefix="edge-llm-ostree-") as tmp:
+        repo = extract_repo(tarball, Path(tmp))
+        branch, commit = branch_commit(repo, machine, tarball)
+        if ostree.rev_parse(repo, commit) is None:
+            raise ArtifactError(f"{tarball}: refs/heads/{branch} names {commit[:12]}, which is not in the repo",
+                                "the tarball is incomplete; re-copy it from the build's deploy folder")
+        return OtaCommit(commit=commit, branch=branch, size=tarball.stat().st_size, sha256=sha256_file(tarball),
+                         content_size=ostree.content_size(repo, commit), version=ostree.commit_version(repo, commit),
+                         subject=ostree.commit_subject(repo, commit))
+
+
+def collect(tarball: Path, release_dir: Path, machine: str) -> dict[str, Any]:
+    """Copy the tarball to ``<release>/ostree/`` and return release.json's ``ota`` entry."""
+    info = read_tarball(tarball, machine)
+    dest = release_dir / TARBALL_PATH
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    shutil.copyfile(tarball, part)
+    part.replace(dest)
+    return info.as_dict()
+
+
+def release_ota(data: Mapping[str, Any], where: Path) -> dict[str, Any]:
+    """release.json's ``ota`` entry, checked; a release without one is a one-line error."""
+    ota = data.get("ota")
+    if not ota:
+        raise ArtifactError(f"{where}: release has no OSTree commit (release.json has no 'ota')",
+                            "set image.ota: ostree in the manifest and build again")
+    if not isinstance(ota, Mapping) or ota.get("kind") not in OTA_KINDS:
+        raise ArtifactError(f"{where}: release.json 'ota' is not an OSTree entry ({ota!r:.80})",
+                            "rebuild the release with this provisioner")
+    for key in ("tarball", "commit", "branch", "sha256"):
+        if not isinstance(ota.get(key), str) or not ota[key]:
+            raise ArtifactError(f"{where}: release.json 'ota' has no {key}", "rebuild the release")
+    return dict(ota)

@@ -1,0 +1,191 @@
+"""`provisioner ota publish RELEASE --repo DIR`: a release's OSTree commit into a static archive repository.
+
+Static files only, so any HTTP server or CDN serves DIR. Order matters for boards pulling while we
+publish: objects first (``pull-local --untrusted``: every object's checksum verified), then the
+signature and static deltas, and only then the refs and the summary that make the commit visible.
+
+Deltas: from each ``--from`` REV (a commit id, a ref, or a published release id); without ``--from``,
+from the commit the branch named before this publish (what the fleet was last given). A REV that is
+not in DIR is refused: a delta needs both commits' objects.
+
+Signing: a GPG secret key comes as a FILE, imported into a throw-away GnuPG home (0700, removed
+afterwards); only the key's public fingerprint reaches ostree's argv. ostree 2022.7 (Debian 12) takes
+ed25519 secret keys only as a command-line KEY-ID (``ostree sign COMMIT KEY-ID``), so an ed25519 key
+file is used only by an ostree whose ``sign`` and ``summary`` list ``--keys-file``, and refused otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.artifacts.hashing import sha256_file
+from provisioner.errors import ArtifactError, UserError
+from provisioner.image.release import RELEASE_JSON
+from provisioner.ota import INDEX_FILE, RELEASE_REF_PREFIX, ostree
+from provisioner.ota.commit import extract_repo, release_ota
+
+
+@dataclass
+class PublishResult:
+    """What publish did; ``deltas`` are the from-commits a static delta now exists for."""
+
+    repo: Path
+    release: str
+    commit: str
+    branch: str
+    previous: str | None
+    deltas: list[str] = field(default_factory=list)
+    signed: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"repo": str(self.repo), "release": self.release, "commit": self.commit, "branch": self.branch,
+                "previous": self.previous, "deltas_from": self.deltas, "signed": self.signed}
+
+    def lines(self) -> list[str]:
+        out = [f"published {self.release}: {self.branch} -> {self.commit[:12]} in {self.repo}"]
+        out += [f"  static delta {d[:12]} -> {self.commit[:12]}" for d in self.deltas]
+        if not self.deltas:
+            out.append("  no static delta (nothing published before on this branch and no --from)")
+        out.append(f"  summary updated{', signed (' + self.signed + ')' if self.signed else ''}")
+        return out
+
+
+def _load(release_dir: Path) -> tuple[str, dict[str, Any], Path]:
+    path = release_dir / RELEASE_JSON
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{release_dir}: no {RELEASE_JSON}", "give the release folder `build` wrote") from exc
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{path}: unreadable ({exc})", "rebuild the release") from exc
+    ota = release_ota(data, path)
+    tarball = release_dir / ota["tarball"]
+    if not tarball.is_file():
+        raise ArtifactError(f"{tarball}: missing", "copy the whole release folder, ostree/ included")
+    if sha256_file(tarball) != ota["sha256"]:
+        raise ArtifactError(f"{tarball}: sha256 differs from release.json", "re-copy it from the build host")
+    return str(data.get("release") or release_dir.name), ota, tarball
+
+
+def init_repo(repo: Path) -> None:
+    """Create an archive repository at ``repo``, or check that the one there can be served statically."""
+    mode = ostree.repo_mode(repo)
+    if mode is None:
+        if repo.exists() and any(repo.iterdir()):
+            raise UserError(f"{repo}: not empty and not an OSTree repository", "give an empty or new folder")
+        repo.mkdir(parents=True, exist_ok=True)
+        ostree.run(repo, "init", "--mode=archive", what=f"init {repo}")
+    elif mode not in ("archive", "archive-z2"):
+        raise UserError(f"{repo}: an OSTree repository in mode {mode!r}; a web server can only serve 'archive'",
+                        "publish into a new folder")
+
+
+def _resolve_from(repo: Path, rev: str) -> str:
+    for candidate in (rev, f"{RELEASE_REF_PREFIX}{rev}"):
+        found = ostree.has_commit(repo, candidate)
+        if found:
+            return found
+    raise UserError(f"--from {rev}: not in {repo} (no commit, ref or published release of that name)",
+                    "publish the release the boards run first; a delta needs both commits")
+
+
+@contextlib.contextmanager
+def gpg_home(key_file: Path) -> Iterator[tuple[Path, str]]:
+    """Import ``key_file`` into a private GnuPG home; yields (home, fingerprint) and removes it after."""
+    gpg = shutil.which("gpg")
+    if not gpg:
+        raise UserError("--gpg-key-file needs gpg", "apt-get install gnupg")
+    if not key_file.is_file():
+        raise UserError(f"--gpg-key-file {key_file}: no such file", "give the path of an exported secret key")
+    home = Path(tempfile.mkdtemp(prefix="edge-llm-gnupg-"))
+    home.chmod(0o700)
+    env = {**ostree.child_env(), "GNUPGHOME": str(home)}
+    try:
+        imp = subprocess.run([gpg, "--batch", "--homedir", str(home), "--import", str(key_file)],
+                             capture_output=True, text=True, env=env, check=False)
+        listing = subprocess.run([gpg, "--batch", "--homedir", str(home), "--list-secret-keys", "--with-colons"],
+                                 capture_output=True, text=True, env=env, check=False).stdout
+        fprs = [line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:")]
+        if imp.returncode != 0 or not fprs:
+            raise UserError(f"--gpg-key-file {key_file}: holds no usable GPG secret key",
+                            "export one with `gpg --export-secret-keys --armor KEYID > FILE` (no passphrase "
+                            "for unattended publishing)")
+        yield home, fprs[0]
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True, env=env,
+                       check=False) if shutil.which("gpgconf") else None
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def ed25519_supported() -> bool:
+    """Whether this ostree can read an ed25519 secret key from a file for commits and the summary."""
+    return ostree.help_mentions(("sign",), "--keys-file") and ostree.help_mentions(("summary",), "--keys-file")
+
+
+def _write_index(repo: Path, release: str, entry: dict[str, Any]) -> None:
+    path = repo / INDEX_FILE
+    index: dict[str, Any] = {"format": 1, "releases": {}}
+    if path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            index = json.loads(path.read_text())
+    index.setdefault("releases", {})[release] = entry
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg_key_file: Path | None = None,
+            ed25519_key_file: Path | None = None) -> PublishResult:
+    """Import the release's commit into ``repo``, add deltas, move refs, update the summary."""
+    if gpg_key_file and ed25519_key_file:
+        raise UserError("give one signing key, --gpg-key-file or --ed25519-key-file", "drop one of them")
+    if ed25519_key_file and not ed25519_supported():
+        raise UserError("this ostree cannot read an ed25519 key from a file (`ostree sign` has no --keys-file; "
+                        "2022.7 takes the secret key only on its command line, where other users can read it)",
+                        "use --gpg-key-file, or an ostree whose `sign --help` lists --keys-file")
+    if ed25519_key_file and not ed25519_key_file.is_file():
+        raise UserError(f"--ed25519-key-file {ed25519_key_file}: no such file", "give the key file's path")
+    release, ota, tarball = _load(release_dir)
+    commit, branch = ota["commit"], ota["branch"]
+    init_repo(repo)
+    previous = ostree.rev_parse(repo, branch)
+    published = ostree.rev_parse(repo, f"{RELEASE_REF_PREFIX}{release}")
+    if published and published != commit:
+        raise UserError(f"release {release} is already published as {published[:12]}, this one is {commit[:12]}",
+                        "a release id names one commit; build a new release id")
+    froms = [_resolve_from(repo, r) for r in from_revs] or ([previous] if previous else [])
+    froms = sorted({f for f in froms if f != commit})
+    with tempfile.TemporaryDirectory(prefix="edge-llm-ota-import-") as tmp:
+        src = extract_repo(tarball, Path(tmp))
+        ostree.run(repo, "pull-local", "--untrusted", str(src), commit, what=f"import {commit[:12]}")
+    with contextlib.ExitStack() as stack:
+        sign_args: list[str] = []
+        signed = None
+        if gpg_key_file:
+            home, fpr = stack.enter_context(gpg_home(gpg_key_file))
+            ostree.run(repo, "gpg-sign", f"--gpg-homedir={home}", commit, fpr, what="gpg-sign")
+            sign_args = [f"--gpg-sign={fpr}", f"--gpg-homedir={home}"]
+            signed = "gpg"
+        elif ed25519_key_file:
+            ostree.run(repo, "sign", "--sign-type=ed25519", f"--keys-file={ed25519_key_file}", commit,
+                       what="sign")
+            sign_args = ["--sign-type=ed25519", f"--keys-file={ed25519_key_file}"]
+            signed = "ed25519"
+        for f in froms:
+            ostree.run(repo, "static-delta", "generate", "--if-not-exists", f"--from={f}", f"--to={commit}",
+                       what=f"static delta {f[:12]} -> {commit[:12]}")
+        ostree.run(repo, "refs", "--force", f"--create={RELEASE_REF_PREFIX}{release}", commit, what="ref")
+        ostree.run(repo, "refs", "--force", f"--create={branch}", commit, what=f"ref {branch}")
+        ostree.run(repo, "summary", "--update", *sign_args, what="summary")
+    _write_index(repo, release, {"commit": commit, "branch": branch, "deltas_from": froms, "signed": signed})
+    return PublishResult(repo=repo, release=release, commit=commit, branch=branch, previous=previous,
+                         deltas=froms, signed=signed)
