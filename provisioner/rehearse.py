@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import yaml
 from provisioner import catalog, tools
 from provisioner.errors import UserError
 from provisioner.manifest import Manifest, load_manifest
-from provisioner.steps import Step, StepResult, StepRunner
+from provisioner.steps import Listener, Step, StepResult, StepRunner
 from provisioner.ui import Reporter
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -170,7 +169,7 @@ class Rehearsal:
                  what="one HTTP POST /v1/completions per board through its service"),
         ]
 
-    def run(self, on_event: Callable[[str, Step, StepResult | None], None] | None = None) -> RehearsalReport:
+    def run(self, on_event: Listener | None = None) -> RehearsalReport:
         self.work.mkdir(parents=True, exist_ok=True)
         runner = StepRunner(on_event=on_event)
         results = runner.run(self.steps())

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from provisioner.errors import CheckFailed
+from provisioner.steps import StepEvent
 from provisioner.ui import Reporter, print_json, stderr, stdout, table
 
 
@@ -32,14 +33,15 @@ def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], k
     rehearsal = Rehearsal(RehearsalOptions(manifests=manifests, boards=boards, faults=faults, keep=keep,
                                            work_dir=work_dir), reporter)
 
-    def on_event(kind, step, result) -> None:
+    def on_event(ev: StepEvent) -> None:
         if as_json:
             return
-        if kind == "start":
-            stderr.print(f"[bold cyan]==>[/] {step.name}")
-        elif kind == "end" and result is not None:
-            mark = "[green]ok[/]" if result.ok else "[red]FAILED[/]"
-            stderr.print(f"    {mark} {result.detail} [dim]({result.duration_s:.1f} s)[/]", highlight=False)
+        if ev.kind == "start":
+            stderr.print(f"[bold cyan]==>[/] {ev.step}")
+        elif ev.kind in ("stop", "error"):
+            mark = "[green]ok[/]" if ev.kind == "stop" else "[red]FAILED[/]"
+            detail = ev.detail.get("result" if ev.kind == "stop" else "error", "")
+            stderr.print(f"    {mark} {detail} [dim]({ev.duration_s or 0:.1f} s)[/]", highlight=False)
 
     report = rehearsal.run(on_event)
     if as_json:

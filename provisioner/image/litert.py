@@ -38,6 +38,7 @@ from typing import Any
 from provisioner import layout, shipped
 from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import BuildError
+from provisioner.steps import Step, StepEvent, StepRunner
 from provisioner.ui import Reporter
 
 UPSTREAM = "https://github.com/google-ai-edge/LiteRT-LM.git"
@@ -87,8 +88,12 @@ class LitertOptions:
 
 
 @dataclass
-class Step:
-    """One named action: an external command (``argv``) or a Python action (``fn``)."""
+class Command:
+    """One named action of the build: an external command (``argv``) or a Python action (``fn``).
+
+    It is the plan's description; :meth:`LitertBuild.run` turns each into a
+    :class:`provisioner.steps.Step` and runs them with the one :class:`~provisioner.steps.StepRunner`.
+    """
 
     name: str
     argv: list[str] | None = None
@@ -384,23 +389,23 @@ class LitertBuild:
     def bazel_flags(self) -> list[str]:
         return ["--repo_env=CC=clang-18", "--repo_env=CXX=clang++-18"]
 
-    def steps(self, bazel: str = "bazel") -> list[Step]:
+    def steps(self, bazel: str = "bazel") -> list[Command]:
         o, src = self.o, self.o.src
         source = o.source or UPSTREAM
         p1, p2, p3 = self.patches
         return [
-            Step("source", fn=self._source, what=f"clone {source} into {src} (reuse if present), check out {o.rev}"),
-            Step("lfs", fn=self._lfs_pull, what=f"$ git -C {src} lfs pull (a local --source's own LFS files "
+            Command("source", fn=self._source, what=f"clone {source} into {src} (reuse if present), check out {o.rev}"),
+            Command("lfs", fn=self._lfs_pull, what=f"$ git -C {src} lfs pull (a local --source's own LFS files "
                  "are used when its LFS server is unreachable)"),
-            Step("lfs-check", fn=lambda: self._check_lfs(), what=f"{LFS_LIB} must be an ELF, not an LFS pointer"),
-            Step("patch-1", fn=lambda: apply_patch(p1, src), what=f"apply {p1.name} in {src}"),
-            Step("patch-2", fn=lambda: apply_patch(p2, src), what=f"apply {p2.name} in {src}"),
-            Step("fetch", argv=[bazel, "fetch", *self.bazel_flags, TARGET_MAIN], cwd=src),
-            Step("patch-3", fn=self._patch_external,
+            Command("lfs-check", fn=lambda: self._check_lfs(), what=f"{LFS_LIB} must be an ELF, not an LFS pointer"),
+            Command("patch-1", fn=lambda: apply_patch(p1, src), what=f"apply {p1.name} in {src}"),
+            Command("patch-2", fn=lambda: apply_patch(p2, src), what=f"apply {p2.name} in {src}"),
+            Command("fetch", argv=[bazel, "fetch", *self.bazel_flags, TARGET_MAIN], cwd=src),
+            Command("patch-3", fn=self._patch_external,
                  what=f"apply {p3.name} in $(bazel info output_base)/external/litert"),
-            Step("build", argv=[bazel, "build", "--nofetch", "-c", "opt", *self.bazel_flags, TARGET_MAIN,
+            Command("build", argv=[bazel, "build", "--nofetch", "-c", "opt", *self.bazel_flags, TARGET_MAIN,
                                 TARGET_DISPATCH, TARGET_CAPI], cwd=src),
-            Step("collect", fn=self._collect, what=f"collect the {len(layout.LITERT_FILES)} files, check aarch64 "
+            Command("collect", fn=self._collect, what=f"collect the {len(layout.LITERT_FILES)} files, check aarch64 "
                  "ELF (readelf -h, file), "
                  f"write {o.out / tarball_name(o.rev, o.qairt)} + .sha256"),
         ]
@@ -419,17 +424,33 @@ class LitertBuild:
         if lfs.returncode != 0:
             raise BuildError("git-lfs is not installed", "install git-lfs (libGemmaModelConstraintProvider.so is "
                              "stored in Git LFS)")
-        for i, step in enumerate(self.steps(bazel), 1):
-            self.r.step(f"[{i}/9] {step.describe()}")
-            if step.fn is not None:
-                detail = step.fn()
-                if detail:
-                    self.r.info(f"    {detail}")
-            else:
-                assert step.argv is not None
-                self._exec(step.name, step.argv, step.cwd)
+        commands = self.steps(bazel)
+        numbers = {c.name: i for i, c in enumerate(commands, 1)}
+
+        def on_event(ev: StepEvent) -> None:
+            if ev.kind == "start":
+                self.r.step(f"[{numbers[ev.step]}/{len(commands)}] {by_name[ev.step].describe()}")
+            elif ev.kind == "stop" and ev.detail.get("result"):
+                self.r.info(f"    {ev.detail['result']}")
+
+        by_name = {c.name: c for c in commands}
+        runner = StepRunner(on_event=on_event)
+        runner.run([Step(c.name, self._action(c), what=c.describe()) for c in commands])
+        if runner.error is not None:
+            raise runner.error
         assert self.result is not None
         return self.result
+
+    def _action(self, command: Command) -> Callable[[], str | None]:
+        """What a step runs: the Python action, or the command streamed through the one process runner."""
+        if command.fn is not None:
+            return command.fn
+        argv = command.argv
+        assert argv is not None
+
+        def run() -> None:
+            self._exec(command.name, argv, command.cwd)
+        return run
 
     def _exec(self, name: str, argv: list[str], cwd: Path | None) -> str:
         from provisioner.process import run_streaming

@@ -24,7 +24,8 @@ from provisioner.station.config import StationConfig
 from provisioner.station.console import ConsoleDriver
 from provisioner.station.qdl import QDL_HINT, QdlDriver, QdlInfo, detect_qdl
 from provisioner.station.records import FAILED, INTERRUPTED, PASSED, Records, is_no_space, no_space_error, require_space
-from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashSettings, Listener, StepEvent
+from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashSettings
+from provisioner.steps import Listener, StepEvent
 
 
 def board_for_machine(machine: str | None) -> str | None:

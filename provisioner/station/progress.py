@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from provisioner.station.strategy import StepEvent
+from provisioner.steps import StepEvent
 
 
 @dataclass

@@ -5,8 +5,9 @@ strategy runs only the steps still missing, so asking twice does nothing the sec
 failure latches the board in ``failed``: it is not retried behind the operator's back (retries
 of transient USB errors happen inside the flash step, bounded and visible as events).
 
-Every step emits :class:`StepEvent`s (start/stop/error with durations, plus qdl progress) that
-the live display and the station records both consume; the strategy itself prints nothing.
+Every step is timed by :func:`provisioner.steps.timed` and emits :class:`~provisioner.steps.StepEvent`s
+(start/stop/error with durations, plus state, qdl progress, retries) - the event type of every long
+job - that the live display and the station records both consume; the strategy prints nothing.
 """
 
 from __future__ import annotations
@@ -25,29 +26,12 @@ from provisioner.station.bundle import Preflight
 from provisioner.station.config import Credential
 from provisioner.station.console import BANNER_SOURCE, ConsoleDriver, LoginRefused
 from provisioner.station.qdl import QdlDriver, QdlProgress
+from provisioner.steps import Listener, StepEvent, emit_to, timed
 
 STATES = ("unknown", "edl", "flashing", "flashed", "booted", "verified")
 FAILED = "failed"
 
 
-@dataclass
-class StepEvent:
-    """One observable thing that happened to one board."""
-
-    serial: str
-    step: str            # edl | flash | boot | verify | state
-    kind: str            # start | stop | error | progress | retry | state | process (qdl pid + start id)
-    ts: float = field(default_factory=time.time)
-    duration_s: float | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-    slot: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"serial": self.serial, "slot": self.slot, "step": self.step, "kind": self.kind, "ts": self.ts,
-                "duration_s": self.duration_s, "detail": self.detail}
-
-
-Listener = Callable[[StepEvent], None]
 
 
 @dataclass
@@ -103,33 +87,27 @@ class BoardStrategy:
 
     # -- events --------------------------------------------------------------------------
     def emit(self, step: str, kind: str, *, duration_s: float | None = None, **detail: Any) -> None:
-        ev = StepEvent(self.target.serial, step, kind, duration_s=duration_s, detail=detail, slot=self.target.slot)
-        for listener in self.listeners:
-            try:
-                listener(ev)
-            except UserError:
-                raise
-            except Exception:  # a broken display must not break a flash
-                pass
+        self._emit(StepEvent(step, kind, duration_s=duration_s, detail=detail, serial=self.target.serial,
+                             slot=self.target.slot))
+
+    def _emit(self, ev: StepEvent) -> None:
+        ev.slot = self.target.slot   # the slot is known once the board is found in EDL
+        emit_to(self.listeners, ev)
 
     def _set(self, state: str) -> None:
         self.state = state
         self.emit("state", "state", state=state)
 
     def _step(self, name: str, func: Callable[[], None]) -> None:
-        t0 = time.monotonic()
-        self.emit(name, "start")
         try:
-            func()
+            timed(name, func, self._emit, serial=self.target.serial)
         except UserError as exc:
             self.error = str(exc)
             con = self._stop_capture()
             if con is not None:
                 con.close()
-            self.emit(name, "error", duration_s=time.monotonic() - t0, error=self.error)
             self._set(FAILED)
             raise
-        self.emit(name, "stop", duration_s=time.monotonic() - t0)
 
     # -- public --------------------------------------------------------------------------
     def transition(self, target: str) -> str:
