@@ -15,6 +15,7 @@ from typing import Any
 from provisioner import catalog
 from provisioner.contracts import inventory
 from provisioner.errors import ManifestError
+from provisioner.ota import OTA_KINDS
 from provisioner.yamlsafe import YamlError, load_yaml
 
 MANIFEST_VERSION = 1
@@ -35,7 +36,7 @@ SSH_KEY_RE = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-ssh-ed2
 TOP_KEYS = {"manifest", "release", "board", "qli", "qairt", "runtimes", "models", "image", "build", "verify"}
 MODEL_KEYS = {"name", "kind", "path", "url", "sha256", "size", "qairt", "runtime", "reference", "chat_template"}
 IMAGE_KEYS = {"variant", "memlock", "download_mode", "root_login", "ssh_authorized_keys", "inference_user",
-              "extra_packages"}
+              "extra_packages", "ota"}
 BUILD_KEYS = {"engine", "work_dir", "build_dir", "dl_dir", "sstate_dir", "repo_ref_dir", "sstate_mirrors",
               "hashserve", "hashserve_upstream", "threads", "parallel_make", "mirrors", "ssh_dir",
               "container_image"}
@@ -88,6 +89,7 @@ class ImagePolicy:
     ssh_authorized_keys: tuple[str, ...] = ()
     inference_user: str = "llm"
     extra_packages: tuple[str, ...] = ()
+    ota: str | None = None          # 'ostree': QLI's qcom-distro-sota flavour (provisioner.ota)
 
 
 @dataclass(frozen=True)
@@ -436,9 +438,13 @@ def _image(c: _Collector, d: Any) -> ImagePolicy:
     elif not USER_RE.match(user):
         c.add("image.inference_user", f"{user!r} is not a valid Linux user name",
               "use lowercase letters, digits, '_' or '-' (e.g. llm)")
+    ota = d.get("ota")
+    if ota is not None and ota not in OTA_KINDS:
+        c.add("image.ota", f"unknown OTA kind {ota!r}",
+              "use 'ostree' (QLI's qcom-distro-sota flavour) or leave it unset")
     return ImagePolicy(variant=variant, memlock=memlock, download_mode=int(dm), root_login=login,
                        ssh_authorized_keys=tuple(str(k) for k in keys), inference_user=user,
-                       extra_packages=tuple(d.get("extra_packages", []) or []))
+                       extra_packages=tuple(d.get("extra_packages", []) or []), ota=ota)
 
 
 def _build(c: _Collector, d: Any, base: Path) -> BuildSettings:
