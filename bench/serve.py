@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""edge-llm-serve on virtual boards with the modelled timings (time scale 1.0): the API against the runtime.
+
+For a LiteRT-LM board (IQ-8275, Gemma-4 E2B) and a Genie board (IQ-9075, Nemotron) it measures:
+  ttft       the runtime's own TTFT (the catalog figure the stand-in libraries model) against the
+             API's: non-streaming with max_tokens=1 (whole answer = first token) and time to the
+             first SSE chunk with content; overhead = API - runtime
+  throughput generated tokens/s with 1 and with 4 concurrent clients (4 x 3 requests): the NPU runs
+             one generation at a time, so 4 clients should get the same tokens/s, all answered
+             (queued, not refused)
+Goal: API TTFT within the runtime's TTFT + 25 ms; 4 clients at the 1-client throughput, no failures.
+Today's design (one runtime process per request) paid the model load first: ~2.06 s for Gemma.
+
+Needs root (virtual boards are sshd in mount namespaces). Usage: python3 bench/serve.py [--requests 3]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shlex  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import requests  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from provisioner import catalog  # noqa: E402
+from provisioner.contracts.inventory import HostVars, ModelVars  # noqa: E402
+from provisioner.fleet import service  # noqa: E402
+from provisioner.manifest import load_manifest  # noqa: E402
+from provisioner.sim import bundle, control, host, ports  # noqa: E402
+from provisioner.sim.board import VirtualBoard  # noqa: E402
+
+PROMPT = "Explain what Qualcomm is in two sentences."
+
+
+def start_board(root: Path, board_id: str, serial: str) -> tuple[VirtualBoard, str, str, float]:
+    """A booted board serving its manifest's first model; returns (board, base url, model, runtime ttft)."""
+    vb = VirtualBoard.create(root, board_id, serial, f"1-{serial[-1]}.1")
+    manifest = load_manifest(control.builtin_manifest(root, board_id))
+    bundle.build_rootfs_tree(manifest, vb.rootfs_dir, {m.name: m.path for m in manifest.models})
+    vb.set_state("booted", build_id=manifest.release, download_mode=0)
+    host.start_host(vb, time_scale=1.0)
+    m = manifest.models[0]
+    mv = ModelVars(name=m.name, kind=m.kind, runtime=m.runtime, qairt=catalog.normalize_qairt(m.qairt),
+                   chat_template=m.chat_template or "plain", file=Path(m.path).name if m.kind == "litertlm" else None)
+    plan = service.units(HostVars(board=catalog.board(board_id), models=(mv,)),
+                         port_base=ports.serve_port_base(vb))
+    inst = plan["instances"][0]
+    files = {plan["unit_path"]: plan["unit_text"], inst["config_path"]: json.dumps(inst["config"]) + "\n",
+             inst["dropin_path"]: inst["dropin"]}
+    script = "; ".join(f"mkdir -p {shlex.quote(str(Path(p).parent))} && printf %s {shlex.quote(t)} > {p}"
+                       for p, t in files.items())
+    script += f"; systemctl daemon-reload && systemctl start {inst['unit']} </dev/null >/dev/null 2>&1"
+    subprocess.run(host.ssh_argv(vb, script), check=True, capture_output=True, timeout=60)
+    url = f"http://127.0.0.1:{inst['port']}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    else:
+        raise SystemExit(f"{board_id}: service not ready at {url}")
+    ttft = catalog.board(board_id).expected(m.name, "qli").ttft_s
+    return vb, url, m.name, ttft
+
+
+def first_chunk_s(url: str, model: str) -> float:
+    t0 = time.monotonic()
+    with requests.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 64,
+                                                       "stream": True}, stream=True, timeout=120) as r:
+        for line in r.iter_lines(chunk_size=1):   # no client-side 512-byte buffering
+            if (line.startswith(b"data: ") and line != b"data: [DONE]"
+                    and json.loads(line[6:])["choices"][0].get("text")):
+                return time.monotonic() - t0
+    raise RuntimeError("no content chunk")
+
+
+def one_token_s(url: str, model: str) -> float:
+    t0 = time.monotonic()
+    r = requests.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 1}, timeout=120)
+    r.raise_for_status()
+    return time.monotonic() - t0
+
+
+def throughput(url: str, model: str, clients: int, per_client: int) -> tuple[float, int, int]:
+    def client(_i: int) -> tuple[int, int]:
+        toks = fails = 0
+        for _ in range(per_client):
+            r = requests.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 48},
+                              timeout=300)
+            if r.status_code == 200:
+                toks += r.json()["usage"]["completion_tokens"]
+            else:
+                fails += 1
+        return toks, fails
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        res = list(pool.map(client, range(clients)))
+    wall = time.monotonic() - t0
+    return sum(t for t, _ in res) / wall, sum(t for t, _ in res), sum(f for _, f in res)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=3, help="requests per client in the throughput runs")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    ok = True
+    try:
+        for board_id, serial in (("iq-8275-evk", "0BE0C001"), ("iq-9075-evk", "0BE0C002")):
+            vb, url, model, rt_ttft = start_board(root, board_id, serial)
+            first_chunk_s(url, model)                                  # warm the connection path
+            sse = statistics.median(first_chunk_s(url, model) for _ in range(5))
+            one = statistics.median(one_token_s(url, model) for _ in range(5))
+            t1, n1, f1 = throughput(url, model, 1, args.requests)
+            t4, n4, f4 = throughput(url, model, 4, args.requests)
+            goal = sse <= rt_ttft + 0.025 and f4 == 0 and t4 >= 0.9 * t1
+            ok &= goal
+            print(f"{board_id} {model}: runtime TTFT {rt_ttft * 1000:.0f} ms | API first SSE chunk {sse * 1000:.0f} ms "
+                  f"(+{(sse - rt_ttft) * 1000:.0f} ms) | non-streaming max_tokens=1 {one * 1000:.0f} ms "
+                  f"(+{(one - rt_ttft) * 1000:.0f} ms)")
+            print(f"  throughput: 1 client {t1:.1f} tok/s ({n1} tokens, {f1} failed) | 4 clients {t4:.1f} tok/s "
+                  f"({n4} tokens, {f4} failed) -> {'goal met' if goal else 'GOAL MISSED'}")
+            host.stop_host(vb)
+    finally:
+        host.stop_all(root)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
