@@ -121,7 +121,7 @@ for _a in ("verify", "launch", "rollback"):
 def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
                check: bool, forks: int | None, timeout_s: float | None, log: Path | None, artifacts: Path,
                artifact_url: str | None) -> None:
-    from provisioner.fleet import artifacts as art
+    from provisioner.fleet import deploy_index as art
 
     if artifacts.is_file():
         index = art.load_index(artifacts)

@@ -1,9 +1,12 @@
-"""Artifact index for ``fleet deploy``: what the artifact server holds, with sha256 and size.
+"""The deploy index for ``fleet deploy``: what the artifact server holds, with sha256 and size.
+
+(Not :mod:`provisioner.artifacts`, the model files the image is built with: these are the files
+boards pull after flashing.)
 
 Boards PULL from the artifact server (the controller never streams 3-5 GB per board through
 itself). The controller only needs the index: it scans a directory laid out like the server's
 document root, hashes each file once (cached by size and mtime in ``.edge-llm-index.json``), and
-hands the result to the playbook as ``edge_llm_deploy``. :func:`deploy_plan` then picks, per board,
+hands the result to the playbook as ``edge_llm_deploy``. :func:`board_install` then picks, per board,
 what its models need and where it goes on the board (:mod:`provisioner.layout`).
 
 Server layout::
@@ -131,8 +134,8 @@ def model_paths(name: str) -> dict[str, str]:
             "committed_suffix": COMMITTED, "unit": instance_unit(name)}
 
 
-def deploy_plan(index: dict[str, Any], models: list[dict[str, Any]], board_id: str,
-                staging: str = "/opt/edge-llm/.staging") -> dict[str, Any]:
+def board_install(index: dict[str, Any], models: list[dict[str, Any]], board_id: str,
+                  staging: str = "/opt/edge-llm/.staging") -> dict[str, Any]:
     """What one board must install: trees (QAIRT/runtime tarballs) and model versions, with on-board paths.
 
     Only models the board's group expects (``edge_llm_models`` names) are deployed; the newest

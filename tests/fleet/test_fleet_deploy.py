@@ -23,7 +23,7 @@ import pytest
 
 from provisioner import catalog, layout
 from provisioner.artifacts.hashing import sha256_file
-from provisioner.fleet import artifacts
+from provisioner.fleet import deploy_index
 from provisioner.fleet.api import run_fleet
 from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
@@ -114,7 +114,7 @@ def current(fleet, board: str, model: str) -> str | None:
 
 
 def committed(fleet, board: str, model: str, version: str) -> bool:
-    mark = f"{layout.model_version_dir(model, version)}{artifacts.COMMITTED}"
+    mark = f"{layout.model_version_dir(model, version)}{deploy_index.COMMITTED}"
     return (fleet.rootfs(board) / mark.lstrip("/")).is_file()
 
 
@@ -132,7 +132,7 @@ def gate_statuses(events: list[dict]) -> list[str]:
 
 
 def previous(fleet, board: str, model: str) -> str | None:
-    link = fleet.rootfs(board) / f"{layout.model_dir(model)}/{artifacts.PREVIOUS}".lstrip("/")
+    link = fleet.rootfs(board) / f"{layout.model_dir(model)}/{deploy_index.PREVIOUS}".lstrip("/")
     return os.readlink(link) if link.is_symlink() else None
 
 
@@ -141,7 +141,7 @@ BOARD_MODEL = {"dep-8275": GEMMA, "dep-9075": NEMO}
 
 def test_deploy_check_run_then_real_then_idempotent(env):
     fleet, server, art, versions = env
-    index = artifacts.build_index(art, server.url)
+    index = deploy_index.build_index(art, server.url)
     before = {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()}
 
     mark = server.mark()
@@ -193,7 +193,7 @@ def test_failed_health_gate_rolls_back(env, tmp_path):
     bad_gemma = add_gemma(bad, n_dispatch_ops=4, truncate_to=20000)         # runtime: TF_LITE_PREFILL_DECODE...
     add_nemotron(bad, "v3-soc0", "2.45.0.260326", soc_model=0)             # loads, then garbage (seed 002)
     shutil.copytree(bad, server.root / "bad")
-    index = artifacts.build_index(server.root / "bad", server.url + "/bad")
+    index = deploy_index.build_index(server.root / "bad", server.url + "/bad")
     res = deploy(fleet, index)
     for b, m in BOARD_MODEL.items():
         row = res.row(b)
@@ -213,7 +213,7 @@ def test_checksum_mismatch_and_disk_full_leave_current_alone(env, tmp_path):
     v = add_gemma(src, n_dispatch_ops=5)
     add_nemotron(src, "v4-huge", "2.45.0.260326", part_size=4096)
     shutil.copytree(src, server.root / "cs")
-    index = artifacts.build_index(server.root / "cs", server.url + "/cs")
+    index = deploy_index.build_index(server.root / "cs", server.url + "/cs")
     gemma, nemo = (next(m for m in index["models"] if m["name"] == n) for n in (GEMMA, NEMO))
     gemma["files"][0]["sha256"] = "0" * 64                                   # the server's copy is not it
     nemo["files"][0]["size"] = 1 << 50                                       # far more than the disk holds
@@ -236,7 +236,7 @@ def test_board_reboot_mid_download_resumes_and_never_switches_to_a_partial(env, 
     src = tmp_path / "slow"
     v = add_gemma(src, n_dispatch_ops=6, pad_to=4 << 20)
     shutil.copytree(src, server.root / "slow")
-    index = artifacts.build_index(server.root / "slow", server.url + "/slow")
+    index = deploy_index.build_index(server.root / "slow", server.url + "/slow")
     url_path = f"/slow/models/{GEMMA}/{v}/{GEMMA_FILE}"
     server.throttle[url_path] = 0.1                                          # 64 KiB per 100 ms
     part = fleet.rootfs("dep-8275") / f"{layout.model_version_dir(GEMMA, v)}.partial/{GEMMA_FILE}.part".lstrip("/")
@@ -272,10 +272,10 @@ def test_rerun_after_a_crash_past_the_switch_gates_the_uncommitted_current(env, 
     src = tmp_path / "crash"
     v = add_gemma(src, n_dispatch_ops=7)
     shutil.copytree(src, server.root / "crash")
-    index = artifacts.build_index(server.root / "crash", server.url + "/crash")
+    index = deploy_index.build_index(server.root / "crash", server.url + "/crash")
     assert deploy(fleet, index, limit="dep-8275").row("dep-8275").verdict == "pass"
     assert current(fleet, "dep-8275", GEMMA) == v
-    mark_file = fleet.rootfs("dep-8275") / f"{layout.model_version_dir(GEMMA, v)}{artifacts.COMMITTED}".lstrip("/")
+    mark_file = fleet.rootfs("dep-8275") / f"{layout.model_version_dir(GEMMA, v)}{deploy_index.COMMITTED}".lstrip("/")
     mark_file.unlink()                                   # the crash state: current switched, never committed
 
     events: list[dict] = []
@@ -294,9 +294,9 @@ def test_rerun_takes_current_off_an_uncommitted_version_that_fails_its_gate(env,
     src = tmp_path / "crashbad"
     bad = add_gemma(src, n_dispatch_ops=8, truncate_to=20000)
     shutil.copytree(src, server.root / "crashbad")
-    index = artifacts.build_index(server.root / "crashbad", server.url + "/crashbad")
+    index = deploy_index.build_index(server.root / "crashbad", server.url + "/crashbad")
     assert deploy(fleet, index, limit="dep-8275").row("dep-8275").verdict == "fail"   # installed, not committed
-    relink(fleet, "dep-8275", GEMMA, artifacts.PREVIOUS, good)   # what a run that died after the switch left
+    relink(fleet, "dep-8275", GEMMA, deploy_index.PREVIOUS, good)   # what a run that died after the switch left
     relink(fleet, "dep-8275", GEMMA, "current", bad)
 
     for outcome in (f"current rolled back to {good}", f"current stays on {good}"):   # and on every rerun after
@@ -317,12 +317,12 @@ def test_failed_first_install_leaves_no_current_and_the_service_stopped(env, tmp
     launched = run_fleet("launch", fleet.inventory, limit="dep-8275",
                          extra_args=[f"edge_llm_serve_port_base={free_port()}"])
     assert launched.row("dep-8275").verdict == "pass", launched.row("dep-8275").reason
-    for link in ("current", artifacts.PREVIOUS):         # the model was never on this board
+    for link in ("current", deploy_index.PREVIOUS):         # the model was never on this board
         (fleet.rootfs("dep-8275") / f"{layout.model_dir(GEMMA)}/{link}".lstrip("/")).unlink()
     src = tmp_path / "first"
     bad = add_gemma(src, n_dispatch_ops=9, truncate_to=20000)
     shutil.copytree(src, server.root / "first")
-    index = artifacts.build_index(server.root / "first", server.url + "/first")
+    index = deploy_index.build_index(server.root / "first", server.url + "/first")
 
     for _ in range(2):                                   # a rerun does not report pass either
         res = deploy(fleet, index, limit="dep-8275")

@@ -1,6 +1,6 @@
-"""Filters that compute per-board plans on the controller from provisioner's layout and catalog.
+"""Filters that compute per-board deploy data on the controller from provisioner's layout and catalog.
 
-deploy_plan: what a board must pull (QAIRT/runtime trees, model versions) and where it goes.
+board_install: what a board must pull (QAIRT/runtime trees, model versions) and where it goes.
 model_paths: one model's on-board current/previous links, commit-mark suffix and service unit.
 serve_units: per model the edge-llm-serve config, unit name and systemd drop-in (run env, memlock).
 """
@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 # instead of reaching into a checkout: the built collection runs on any controller that has it.
 try:
     from provisioner.contracts import inventory
-    from provisioner.fleet import artifacts, service
+    from provisioner.fleet import deploy_index, service
 except ImportError as exc:
     _MISSING = f"{exc}"
 else:
@@ -26,20 +26,20 @@ def _need_provisioner():
                                  f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
 
 
-def deploy_plan(index, models, board_id, staging="/opt/edge-llm/.staging"):
+def board_install(index, models, board_id, staging="/opt/edge-llm/.staging"):
     _need_provisioner()
     if not index:
         raise AnsibleFilterError("edge_llm_deploy is empty: pass the artifact index (provisioner fleet deploy "
                                  "--artifacts DIR --artifact-url URL)")
     try:
-        return artifacts.deploy_plan(dict(index), list(models or []), str(board_id), staging)
+        return deploy_index.board_install(dict(index), list(models or []), str(board_id), staging)
     except Exception as exc:  # UserError from the catalog
-        raise AnsibleFilterError(f"deploy_plan: {exc}") from exc
+        raise AnsibleFilterError(f"board_install: {exc}") from exc
 
 
 def model_paths(name):
     _need_provisioner()
-    return artifacts.model_paths(str(name))
+    return deploy_index.model_paths(str(name))
 
 
 def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
@@ -53,4 +53,4 @@ def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
 
 class FilterModule:
     def filters(self):
-        return {"deploy_plan": deploy_plan, "model_paths": model_paths, "serve_units": serve_units}
+        return {"board_install": board_install, "model_paths": model_paths, "serve_units": serve_units}
