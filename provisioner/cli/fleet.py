@@ -58,14 +58,14 @@ class Progress:
 
 
 def _run(action: str, inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...],
-         as_json: bool, check: bool, forks: int | None, timeout_s: float | None, log: Path | None,
+         as_json: bool, dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None,
          extra_vars: dict[str, Any] | None = None) -> None:
     from provisioner.fleet.api import run_fleet
 
     rep = Reporter(quiet=as_json)
-    rep.step(f"fleet {action}: {inventory}" + (f" (limit {limit})" if limit else "") + (" --check" if check else ""))
+    rep.step(f"fleet {action}: {inventory}" + (f" (limit {limit})" if limit else "") + (" --check" if dry_run else ""))
     result = run_fleet(action, inventory, limit=limit, extra_vars=extra_vars, extra_args=extra, report_path=report,
-                       check=check, forks=forks, on_event=Progress(rep, 0), log_path=log, timeout_s=timeout_s)
+                       dry_run=dry_run, forks=forks, on_event=Progress(rep, 0), log_path=log, timeout_s=timeout_s)
     if as_json:
         print_json(result.as_dict())
     else:
@@ -89,7 +89,7 @@ def _options(f):
     f = click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="Append ansible output here.")(f)
     f = click.option("--timeout", "timeout_s", type=float, default=None, help="Kill the run after N seconds.")(f)
     f = click.option("--forks", type=int, default=None, help="Parallel boards (default: all, max 50).")(f)
-    f = click.option("--check", is_flag=True, help="Ansible check mode: report what would change.")(f)
+    f = click.option("--check", "dry_run", is_flag=True, help="Ansible check mode: report what would change.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Machine-readable report on stdout.")(f)
     f = click.option("-e", "--extra-vars", "extra", multiple=True, help="key=value or @file (repeatable).")(f)
     f = click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
@@ -104,8 +104,8 @@ def _simple(action: str):
     @command.command(action, help=_COMMON_HELP[action])
     @_options
     def _cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
-             check: bool, forks: int | None, timeout_s: float | None, log: Path | None) -> None:
-        _run(action, inventory, limit, report, extra, as_json, check, forks, timeout_s, log)
+             dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None) -> None:
+        _run(action, inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log)
     return _cmd
 
 
@@ -119,7 +119,7 @@ for _a in ("verify", "launch", "rollback"):
               help="Artifact server document root (scanned and hashed once) or an index .json.")
 @click.option("--artifact-url", help="URL the BOARDS use to reach the artifact server (required with a directory).")
 def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
-               check: bool, forks: int | None, timeout_s: float | None, log: Path | None, artifacts: Path,
+               dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, artifacts: Path,
                artifact_url: str | None) -> None:
     from provisioner.fleet import deploy_index as art
 
@@ -130,7 +130,7 @@ def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: t
             raise FleetError("--artifact-url is required with an artifact directory",
                              "the URL the boards reach the server at, e.g. http://10.0.0.2:8000")
         index = art.build_index(artifacts, artifact_url)
-    _run("deploy", inventory, limit, report, extra, as_json, check, forks, timeout_s, log,
+    _run("deploy", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
          extra_vars={"edge_llm_deploy_index": index})
 
 
@@ -144,11 +144,11 @@ def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: t
 @click.option("--max-fail-percentage", type=click.IntRange(0, 100), default=0, show_default=True,
               help="Stop the rollout when more than this share of a batch failed.")
 def update_os_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
-                  check: bool, forks: int | None, timeout_s: float | None, log: Path | None, release: Path,
+                  dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, release: Path,
                   repo_url: str, serial: str, max_fail_percentage: int) -> None:
     """Whole-image OTA: pull the release's OSTree commit, reboot into it, health-gate, commit or roll back."""
     ota = _release_ota(release)
-    _run("update-os", inventory, limit, report, extra, as_json, check, forks, timeout_s, log,
+    _run("update-os", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
          extra_vars={"edge_llm_update_os_repo_url": repo_url, "edge_llm_update_os_branch": ota["branch"],
                      "edge_llm_update_os_commit": ota["commit"], "edge_llm_update_os_serial": serial,
                      "edge_llm_update_os_max_fail_percentage": max_fail_percentage,
@@ -176,10 +176,10 @@ def _release_ota(release: Path) -> dict[str, str]:
 @_options
 @click.option("--runs", type=int, default=5, show_default=True, help="Runs per model and board.")
 def benchmark_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
-                  check: bool, forks: int | None, timeout_s: float | None, log: Path | None, runs: int) -> None:
+                  dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, runs: int) -> None:
     if runs < 1:
         raise FleetError(f"--runs {runs}: must be at least 1", "e.g. --runs 5")
-    _run("benchmark", inventory, limit, report, extra, as_json, check, forks, timeout_s, log,
+    _run("benchmark", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
          extra_vars={"edge_llm_benchmark_runs": runs})
 
 

@@ -30,7 +30,7 @@ def parse_extra(pairs: Iterable[str]) -> list[str]:
 
 def run_fleet(action: str, inventory: Path | str, *, limit: str | None = None,
               extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (),
-              report_path: Path | None = None, check: bool = False, tags: str | None = None,
+              report_path: Path | None = None, dry_run: bool = False, tags: str | None = None,
               forks: int | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
               log_path: Path | None = None, timeout_s: float | None = None,
               env: Mapping[str, str] | None = None) -> FleetReport:
@@ -46,7 +46,7 @@ def run_fleet(action: str, inventory: Path | str, *, limit: str | None = None,
         raise FleetError(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""),
                          "check the inventory and --limit")
     run = run_playbook(action, inventory, limit=limit, extra_vars=extra_vars, extra_args=parse_extra(extra_args),
-                       check=check, tags=tags, forks=forks or min(len(hosts), DEFAULT_FORKS), on_event=on_event,
+                       dry_run=dry_run, tags=tags, forks=forks or min(len(hosts), DEFAULT_FORKS), on_event=on_event,
                        log_path=log_path, timeout_s=timeout_s, env=env)
     report = build_report(run, hosts)
     if report_path:

@@ -106,7 +106,7 @@ def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = No
 
 
 def build_argv(action: str, inventory: Path | str, *, limit: str | None = None, extra_vars_file: Path | None = None,
-               extra_args: Iterable[str] = (), check: bool = False, tags: str | None = None,
+               extra_args: Iterable[str] = (), dry_run: bool = False, tags: str | None = None,
                playbook_dir: Path = PLAYBOOK_DIR) -> list[str]:
     if action not in ACTIONS:
         raise FleetError(f"unknown fleet action '{action}'", f"use one of: {', '.join(ACTIONS)}")
@@ -118,7 +118,7 @@ def build_argv(action: str, inventory: Path | str, *, limit: str | None = None, 
         argv += ["-e", f"@{extra_vars_file}"]
     for e in extra_args:
         argv += ["-e", e]
-    if check:
+    if dry_run:                     # Ansible's check mode: report what would change, change nothing
         argv.append("--check")
     if tags:
         argv += ["--tags", tags]
@@ -185,7 +185,7 @@ class EventCollector:
 
 
 def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None,
-                 extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (), check: bool = False,
+                 extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (), dry_run: bool = False,
                  tags: str | None = None, forks: int | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None, log_path: Path | None = None,
                  timeout_s: float | None = None, env: Mapping[str, str] | None = None,
@@ -201,7 +201,7 @@ def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None
         if extra_vars:
             ev_file = Path(tmp) / "extra_vars.json"
             ev_file.write_text(json.dumps(dict(extra_vars)), encoding="utf-8")
-        argv = build_argv(action, inv, limit=limit, extra_vars_file=ev_file, extra_args=extra_args, check=check,
+        argv = build_argv(action, inv, limit=limit, extra_vars_file=ev_file, extra_args=extra_args, dry_run=dry_run,
                           tags=tags, playbook_dir=playbook_dir)
         started = time.monotonic()
         res = run_streaming(argv, on_line=collector.line, log_path=log_path,

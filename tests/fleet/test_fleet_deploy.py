@@ -145,7 +145,7 @@ def test_deploy_check_run_then_real_then_idempotent(env):
     before = {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()}
 
     mark = server.mark()
-    checked = deploy(fleet, index, check=True)
+    checked = deploy(fleet, index, dry_run=True)
     assert all(r.verdict == "pass" for r in checked.rows), [r.reason for r in checked.rows]
     assert all(r.changed > 0 for r in checked.rows)              # check mode reports what would change
     assert server.since(mark) == []                               # ... and transfers nothing
