@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
@@ -100,14 +99,6 @@ class GracefulStop:
     stop_argv: Sequence[str] | None = None
     notice: Callable[[], None] | None = None
     label: str = "the program"
-
-
-def which(program: str, what: str, hint: str) -> str:
-    """Absolute path of ``program`` or a UserError saying how to get it."""
-    found = shutil.which(program)
-    if not found:
-        raise UserError(f"{what} not found ('{program}' is not on PATH)", hint)
-    return found
 
 
 def run_streaming(

@@ -25,14 +25,14 @@ def command(manifest: Path, out_dir: Path, config: Path | None, dry_run: bool, a
     between builds; an interrupted build resumes with the same command.
     """
     from provisioner import context
-    from provisioner.image.build import BuildPlan, build
+    from provisioner.image.build import BuildSetup, build
     from provisioner.image.host_config import load_host_config
 
     reporter = Reporter(quiet=as_json)
     ctx = context.current()
     host = load_host_config(config, env=ctx.env) if config else None
     result = build(manifest, out_dir, dry_run=dry_run, reporter=reporter, host_config=host, env=ctx.env)
-    if isinstance(result, BuildPlan):
+    if isinstance(result, BuildSetup):
         if as_json:
             print_json(result.as_dict())
             return

@@ -6,7 +6,7 @@ The runner does not reinvent the container: it drives kas's own ``kas-container`
 * :mod:`provisioner.image.host_config` - the host's folders (KAS_WORK_DIR, KAS_BUILD_DIR, DL_DIR,
   SSTATE_DIR, KAS_REPO_REF_DIR): where they are, never overlapping, enough free space;
 * :mod:`provisioner.image.container` - engine (docker/podman) and the container's mounts/network;
-* :mod:`provisioner.image.build_plan` - the whole invocation decided up front (``--dry-run``);
+* :mod:`provisioner.image.build_setup` - the whole invocation decided up front (``--dry-run``);
 * :mod:`provisioner.image.build_progress` - live progress, failure line, summary beside the log;
 * :mod:`provisioner.image.collect` - bundle, layer commits and versions for the release directory.
 
@@ -29,8 +29,8 @@ from rich.markup import escape
 from provisioner import context
 from provisioner.errors import BuildError, UserError
 from provisioner.image.bitbake_log import BitbakeProgress
-from provisioner.image.build_plan import BuildPlan, Renderer, prepare_build
 from provisioner.image.build_progress import ProgressView, failure_message, failure_report, write_summary
+from provisioner.image.build_setup import BuildSetup, Renderer, prepare_build
 from provisioner.image.collect import find_bundle, layer_commits, versions, write_actual_lock
 from provisioner.image.host_config import Dirs, load_host_config, resolve_dirs
 from provisioner.process import GracefulStop, run_streaming
@@ -52,7 +52,7 @@ class BuildResult:
     summary: dict[str, Any]
 
 
-def run_build(plan: BuildPlan, *, reporter: Reporter | None = None,
+def run_build(plan: BuildSetup, *, reporter: Reporter | None = None,
               env: Mapping[str, str] | None = None) -> BuildResult:
     """Execute a prepared plan: stream kas-container, then collect the release directory.
 
@@ -108,7 +108,7 @@ def run_build(plan: BuildPlan, *, reporter: Reporter | None = None,
     return BuildResult(True, release_dir, plan.log_path, duration, summary)
 
 
-def collect_release(plan: BuildPlan, progress: BitbakeProgress, started: float, duration: float,
+def collect_release(plan: BuildSetup, progress: BitbakeProgress, started: float, duration: float,
                     summary: dict[str, Any]) -> Path:
     """The release directory from the deploy folder, with what kas and bitbake really used."""
     from provisioner.image.release import layers_from_lock, write_release
@@ -136,7 +136,7 @@ def collect_release(plan: BuildPlan, progress: BitbakeProgress, started: float, 
 
 def build(manifest_path: Path, out_dir: Path, *, dry_run: bool = False, reporter: Reporter | None = None,
           host_config: Mapping[str, Any] | None = None, renderer: Renderer | None = None,
-          env: Mapping[str, str] | None = None) -> BuildPlan | BuildResult:
+          env: Mapping[str, str] | None = None) -> BuildSetup | BuildResult:
     """The whole command: load the manifest, plan, then (unless ``dry_run``) run and collect.
 
     ``env``: the run's environment (:attr:`provisioner.context.RunContext.env`); settings such as
@@ -163,6 +163,6 @@ def build(manifest_path: Path, out_dir: Path, *, dry_run: bool = False, reporter
 
 
 __all__ = [
-    "BuildInterrupted", "BuildPlan", "BuildResult", "Dirs", "build", "collect_release", "failure_report",
+    "BuildInterrupted", "BuildSetup", "BuildResult", "Dirs", "build", "collect_release", "failure_report",
     "load_host_config", "prepare_build", "resolve_dirs", "run_build",
 ]

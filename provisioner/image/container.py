@@ -14,8 +14,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
-import sysconfig
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from provisioner import tools
 from provisioner.errors import BuildError
 from provisioner.image.host_config import Dirs
 from provisioner.manifest import Manifest
@@ -32,18 +31,9 @@ _LOOPBACK = {"localhost", "127.0.0.1", "::1", "ip6-localhost", "0.0.0.0"}
 
 
 def find_kas_container() -> Path:
-    """The kas-container script that belongs to the installed kas (next to the ``kas`` entry point)."""
-    candidates = [Path(sysconfig.get_path("scripts")) / "kas-container", Path(sys.executable).parent / "kas-container"]
-    kas = shutil.which("kas")
-    if kas:
-        candidates.append(Path(os.path.realpath(kas)).parent / "kas-container")
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    found = shutil.which("kas-container")
-    if found:
-        return Path(found)
-    raise BuildError("kas-container not found next to kas", "pip install kas (it ships the kas-container script)")
+    """The kas-container script pip installed with kas, by the one lookup rule for our tools' executables
+    (:func:`provisioner.tools.find`: beside the interpreter, then PATH); missing is a one-line BuildError."""
+    return Path(tools.require("kas-container", error=BuildError))
 
 
 def choose_engine(manifest: Manifest, host: Mapping[str, Any], env: Mapping[str, str]) -> str:

@@ -191,7 +191,7 @@ def test_engine_from_environment_overrides_manifest(env, tmp_path, monkeypatch):
 def test_dry_run_prints_command_and_runs_nothing(env, tmp_path, capsys, monkeypatch):
     m = write_manifest(tmp_path, "  threads: 4\n")
     plan = do_build(m, tmp_path / "out", dry_run=True)
-    assert isinstance(plan, B.BuildPlan)
+    assert isinstance(plan, B.BuildSetup)
     assert plan.argv[0].endswith("kas-container") and plan.argv[-2] == "build"
     assert plan.env["KAS_CONTAINER_ENGINE"] == "docker" and plan.env["BB_NUMBER_THREADS"] == "4"
     assert plan.env["SSTATE_DIR"] == str(tmp_path / "w" / "sstate")

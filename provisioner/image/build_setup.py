@@ -26,7 +26,7 @@ Renderer = Callable[[Manifest, Path], RenderResult]
 
 
 @dataclass
-class BuildPlan:
+class BuildSetup:
     """Everything ``run_build`` will do, decided up front (printed by ``--dry-run``)."""
 
     manifest: Manifest
@@ -122,7 +122,7 @@ def prepare_build(
     renderer: Renderer | None = None,
     dry_run: bool = False,
     check: bool = True,
-) -> BuildPlan:
+) -> BuildSetup:
     """Render the kas config and decide the complete kas-container invocation.
 
     ``env`` is the run's environment as the CLI read it (see :mod:`provisioner.context`). With
@@ -153,7 +153,7 @@ def prepare_build(
     extra = container_args(manifest.release, dirs, list(hc.setting(manifest, host, "sstate_mirrors") or []),
                            list(manifest.build.mirrors or ()), str(hashserve) if hashserve else None, probe=check)
     argv = kas_container_argv(kas_file, hc.setting(manifest, host, "ssh_dir"), extra.runtime_args)
-    return BuildPlan(
+    return BuildSetup(
         manifest=manifest, kas_file=kas_file, kas_files=kas_files, image=rendered.plan.image,
         machine=manifest.board.kas_machine, dirs=dirs, engine=engine, argv=argv, env=kenv, mounts=extra.mounts,
         out_dir=out_dir, log_path=out_dir / "logs" / f"{manifest.release}.build.log", to_create=to_create,

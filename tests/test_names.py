@@ -1,0 +1,56 @@
+"""Names a newcomer can trust: each of "check", "plan" and "artifacts" names one thing in the package.
+
+- "check" is the manifest + files cross-check (``provisioner check``, check.py) and verify's judged
+  items (fleet/verdict.py); Ansible's check mode is ``dry_run`` in code (``--check`` on the CLI).
+- "plan" is the plan stage (plan.py); the build's decided invocation is ``BuildSetup``.
+- "artifacts" is the model-file stage (provisioner/artifacts/); what boards pull is fleet/deploy_index.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner import tools
+from provisioner.errors import BuildError
+
+PKG = Path(__file__).resolve().parents[1] / "provisioner"
+
+
+def _modules_named(word: str) -> list[str]:
+    return sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*") if word in p.stem and "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize(("word", "owners"), [
+    ("check", ["check.py", "cli/check.py"]),        # the command and its CLI: one meaning
+    ("plan", ["plan.py"]),
+    ("artifacts", ["artifacts"]),
+])
+def test_a_word_names_one_module(word: str, owners: list[str]) -> None:
+    assert _modules_named(word) == owners
+
+
+def test_fleet_dry_run_is_ansible_check_mode(tmp_path: Path) -> None:
+    from provisioner.fleet.runner import build_argv
+
+    argv = build_argv("verify", tmp_path / "inv.yml", dry_run=True)
+    assert argv.count("--check") == 1
+    assert "--check" not in build_argv("verify", tmp_path / "inv.yml")
+
+
+def test_kas_container_found_by_the_tools_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kas-container is looked up like ansible and kas: beside the interpreter, then PATH; else pip's fix."""
+    from provisioner.image.container import find_kas_container
+
+    monkeypatch.setattr(tools, "scripts_dirs", lambda: [tmp_path / "bin"])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BuildError) as err:
+        find_kas_container()
+    assert "kas-container not found" in str(err.value) and err.value.hint == f"{sys.executable} -m pip install kas"
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "kas-container"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert find_kas_container() == script
