@@ -26,7 +26,7 @@ from provisioner.sim.bundle import make_bundle  # noqa: E402
 from provisioner.sim.qdl import install_wrappers  # noqa: E402
 from provisioner.sim.synthetic_models import make_litertlm  # noqa: E402
 from provisioner.station.config import StationConfig  # noqa: E402
-from provisioner.station.flash import flash_release  # noqa: E402
+from provisioner.station.flash import FlashOptions, flash_release  # noqa: E402
 from provisioner.station.records import Records  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main() -> int:
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.monotonic()
             with Records(cfg.database) as rec:
-                run = flash_release(release, cfg, all_boards=True, records=rec)
+                run = flash_release(release, cfg, FlashOptions(all_boards=True), records=rec)
             wall = time.monotonic() - t0
             r1 = resource.getrusage(resource.RUSAGE_SELF)
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -7,6 +7,12 @@ gets :meth:`RunContext.child_env` - a whitelist in the manner of kas's own
 SSH_AUTH_SOCK, BB_NUMBER_THREADS, PARALLEL_MAKE) widened by what a program needs to be found
 and to find its home - plus the variables the caller names for that one child. A secret is
 never put into our own environment, so a child cannot inherit one it does not need.
+
+The rule (held by tests/test_context.py): this module is the only one in ``provisioner/`` that
+reads ``os.environ``/``os.getenv``. Exempt are :data:`EXEMPT` - the simulator
+(``provisioner/sim/``: its knobs configure virtual boards, not a user's run) - and the on-board
+service, which runs on the board, where there is no CLI edge to resolve anything (it lives in
+the layer, ``recipes-ai/edge-llm-serve/files``; were it moved into the package, it joins EXEMPT).
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+#: parts of provisioner/ that may read os.environ themselves (paths relative to the package)
+EXEMPT = ("sim/",)
 
 #: what any child may see: where programs and home are, locale/terminal, proxies (kas's list)
 CHILD_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ", "TERM", "LANG", "LANGUAGE", "LC_ALL",

@@ -24,7 +24,7 @@ from typing import Any
 import requests
 import yaml
 
-from provisioner import catalog, tools
+from provisioner import catalog, context, tools
 from provisioner.errors import UserError
 from provisioner.manifest import Manifest, load_manifest
 from provisioner.steps import Listener, Step, StepResult, StepRunner
@@ -288,7 +288,7 @@ class Rehearsal:
         for lane in self.lanes:
             plan = build(lane.manifest.path, self.work / "releases", dry_run=True,
                          reporter=Reporter(quiet=True), host_config={"engine": "docker"},
-                         env={**os.environ, "KAS_CONTAINER_ENGINE": os.environ.get("KAS_CONTAINER_ENGINE", "docker")})
+                         env={"KAS_CONTAINER_ENGINE": "docker", **context.environ()})
             lane.build_command = plan.command_line()
         return f"{len(self.lanes)} kas-container command(s) planned (see rehearsal.json)"
 
@@ -392,7 +392,7 @@ class Rehearsal:
                              credential=self._credential())
 
     def step_flash(self) -> str:
-        from provisioner.station.flash import flash_release
+        from provisioner.station.flash import FlashOptions, flash_release
         from provisioner.station.records import Records
 
         config = self._station_config()
@@ -401,8 +401,9 @@ class Rehearsal:
         try:
             for lane in self.lanes:
                 assert lane.release_dir is not None
-                run = flash_release(lane.release_dir, config, serials=lane.serials, board_id=lane.board.id,
-                                    boot_check=True, records=records, timeout_s=300)
+                options = FlashOptions(serials=tuple(lane.serials), board_id=lane.board.id, boot_check=True,
+                                       timeout_s=300)
+                run = flash_release(lane.release_dir, config, options, records=records)
                 for b in run.failed:
                     failed.append(f"{b.serial}: {b.error}")
         finally:

@@ -7,10 +7,11 @@ rehearsal and tests can reuse every stage and choose how to show it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from provisioner import context
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def _width(stream) -> int | None:
     """Wide tables in logs and pipes: rich assumes 80 columns when not on a terminal."""
-    return None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    return None if stream.isatty() or context.current().get("COLUMNS") else 160
 
 
 def __getattr__(name: str) -> Any:

@@ -30,8 +30,8 @@ import provisioner
 PKG = Path(provisioner.__file__).resolve().parent
 STAGES = {"catalog": 0, "manifest": 0, "plan": 1, "artifacts": 2, "check": 2, "image": 3, "station": 4, "ota": 4,
           "fleet": 5}
-FOUNDATIONS = {"contracts", "errors", "layout", "ui", "process", "steps", "tools", "shipped", "yamlsafe",
-               "artifacts.hashing"}
+FOUNDATIONS = {"contracts", "context", "errors", "layout", "ui", "process", "steps", "tools", "shipped",
+               "yamlsafe", "artifacts.hashing"}
 EDGES = {"cli", "rehearse", "__main__", "__init__"}
 SIM_USERS = {"rehearse", "cli.sim"}
 

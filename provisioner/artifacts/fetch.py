@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import catalog
+from provisioner import catalog, context
 from provisioner.errors import FetchError, UserError
 from provisioner.manifest import Manifest
 from provisioner.ui import Reporter
@@ -113,7 +113,7 @@ class _Credentials:
         netrc = requests.utils.get_netrc_auth(url) if self.trust_env else None
         if netrc:  # ~/.netrc names its host (``machine``): that host gets them
             return requests.auth.HTTPBasicAuth(*netrc)(r)
-        token = os.environ.get(TOKEN_ENV)
+        token = context.environ().get(TOKEN_ENV)   # never copied into a child's environment
         if token and at == self.home:
             r.headers["Authorization"] = f"Bearer {token}"
         return r

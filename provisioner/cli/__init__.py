@@ -8,12 +8,11 @@ is the only place that turns errors into exit codes, by the one rule in :mod:`pr
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import click
 
-from provisioner import __version__, ui
+from provisioner import __version__, context, ui
 from provisioner.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, ManifestError, UserError
 
 COMMAND_MODULES = (
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except Exception as err:  # a bug: say so on one line, traceback only on request
-        if os.environ.get("PROVISIONER_DEBUG"):
+        if context.current().get("PROVISIONER_DEBUG"):
             raise
         ui.stderr.print(f"internal error: {type(err).__name__}: {err} (rerun with PROVISIONER_DEBUG=1 for a "
                      "traceback and report it)", markup=False)

@@ -13,6 +13,7 @@ from provisioner.station.config import StationConfig, load_config, load_slots
 from provisioner.station.flash import flash_release, scan
 from provisioner.station.progress import LiveProgress
 from provisioner.station.records import Records, write_inventory
+from provisioner.station.strategy import FlashOptions
 from provisioner.ui import Reporter, print_json, stderr, stdout, table
 
 
@@ -114,13 +115,14 @@ def preflight_cmd(release: Path, board_id: str | None, no_hash: bool, as_json: b
 @click.option("--all", "all_boards", is_flag=True, help="Every board in EDL.")
 @click.option("--board", "board_id", help="Board id (default: the release's board).")
 @click.option("--jobs", type=click.IntRange(1, 64), help="Boards flashed at once (default: all).")
-@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="Seconds per qdl run.")
-@click.option("--retries", type=click.IntRange(0, 10), default=2, show_default=True,
+@click.option("--timeout", "timeout_s", type=float, default=FlashOptions.timeout_s, show_default=True,
+              help="Seconds per qdl run.")
+@click.option("--retries", type=click.IntRange(0, 10), default=FlashOptions.retries, show_default=True,
               help="Extra qdl runs after a transient USB error.")
-@click.option("--reappear-timeout", type=float, default=30.0, show_default=True,
+@click.option("--reappear-timeout", type=float, default=FlashOptions.reappear_timeout_s, show_default=True,
               help="Seconds to wait for a dropped board to re-enter EDL.")
 @click.option("--boot-check", is_flag=True, help="Watch the console after flashing and verify the release booted.")
-@click.option("--boot-timeout", type=float, default=300.0, show_default=True)
+@click.option("--boot-timeout", type=float, default=FlashOptions.boot_timeout_s, show_default=True)
 @click.option("--console", "consoles", multiple=True, metavar="BOARD=TTY",
               help="Console of a board (serial, slot or USB port path = tty); repeatable, overrides station.yaml.")
 @click.option("--allow-old-qdl", is_flag=True, help="Allow one board alone with a qdl that has no --serial.")
@@ -138,6 +140,9 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
         raise StationError("--serial and --all are exclusive", "pick one")
     cfg = _config(config, sysfs_root, None, qdl, db)
     cfg.consoles.update(_console_pairs(consoles))
+    options = FlashOptions(serials=tuple(serials), all_boards=all_boards, board_id=board_id, jobs=jobs,
+                           timeout_s=timeout_s, retries=retries, reappear_timeout_s=reappear_timeout,
+                           boot_timeout_s=boot_timeout, boot_check=boot_check, allow_old_qdl=allow_old_qdl)
     rep = Reporter(quiet=as_json)
     with Records(cfg.database) as records:
         for note in records.recovery_notes:  # attempts an earlier crash left open, settled at open
@@ -145,16 +150,9 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
         progress = LiveProgress(stderr, list(serials)) if not as_json else None
         if progress:
             with progress:
-                run = flash_release(release, cfg, serials=list(serials), all_boards=all_boards, board_id=board_id,
-                                    jobs=jobs, timeout_s=timeout_s, retries=retries,
-                                    reappear_timeout_s=reappear_timeout, boot_check=boot_check,
-                                    boot_timeout_s=boot_timeout, allow_old_qdl=allow_old_qdl, listener=progress,
-                                    records=records)
+                run = flash_release(release, cfg, options, listener=progress, records=records)
         else:
-            run = flash_release(release, cfg, serials=list(serials), all_boards=all_boards, board_id=board_id,
-                                jobs=jobs, timeout_s=timeout_s, retries=retries, reappear_timeout_s=reappear_timeout,
-                                boot_check=boot_check, boot_timeout_s=boot_timeout, allow_old_qdl=allow_old_qdl,
-                                records=records)
+            run = flash_release(release, cfg, options, records=records)
     if as_json:
         print_json(run.as_dict())
     else:

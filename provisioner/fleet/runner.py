@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import tools
+from provisioner import context, tools
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import PLAYBOOK_DIR
 from provisioner.process import run_streaming
@@ -77,10 +77,20 @@ class FleetRun:
         return [h for h, o in self.hosts.items() if o.status == "unreachable"]
 
 
+#: what ansible-playbook sees of the run's environment beyond context.CHILD_ENV (PATH, HOME, locale,
+#: proxies, SSH_AUTH_SOCK): its own ANSIBLE_* settings and a PYTHONPATH for strategy plugins.
+#: Nothing else - a download token or the console password has no business on the controller.
+ANSIBLE_KEEP = ("ANSIBLE_*", "PYTHONPATH")
+
+
 def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = None,
                 playbook_dir: Path = PLAYBOOK_DIR) -> dict[str, str]:
-    """Environment for ansible-playbook: our collection, roles, callback and the speed settings."""
-    env = dict(base if base is not None else os.environ)
+    """Environment for ansible-playbook: our collection, roles, callback and the speed settings.
+
+    ``base`` is the run's environment (:mod:`provisioner.context`); only what Ansible needs of it
+    (:data:`ANSIBLE_KEEP`) is passed on.
+    """
+    env = context.RunContext(context.environ() if base is None else base).child_env(keep=ANSIBLE_KEEP)
     coll = [str(playbook_dir / "collections")]
     if env.get("ANSIBLE_COLLECTIONS_PATH"):
         coll.append(env["ANSIBLE_COLLECTIONS_PATH"])

@@ -34,6 +34,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from provisioner import context
 from provisioner.errors import BuildError
 
 
@@ -171,7 +172,7 @@ def find_hashserv(env: Mapping[str, str] | None = None, bitbake_dir: Path | None
     The PyPI bitbake-setup package carries the ``bb`` module but not the hash server; a bitbake
     checkout (kas puts one in KAS_WORK_DIR/bitbake on the first build) has it in ``bin/``.
     """
-    env = os.environ if env is None else env
+    env = context.environ() if env is None else env
     candidates: list[Path] = []
     if bitbake_dir is not None:
         candidates.append(Path(bitbake_dir) / "bin" / "bitbake-hashserv")
@@ -236,7 +237,7 @@ def start_cache(
     (default loopback, ``hashserv_port + 1``) takes this host's reports. ``read_only_hashserv``:
     no address accepts reports. ``http_port`` 0 picks a free port (tests). The caller owns ``stop()``.
     """
-    env = dict(os.environ if env is None else env)
+    env = dict(context.environ() if env is None else env)
     sstate_dir = Path(sstate_dir).expanduser().resolve()
     if not sstate_dir.is_dir():
         raise BuildError(f"sstate folder {sstate_dir} does not exist",

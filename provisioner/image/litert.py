@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import layout, shipped
+from provisioner import context, layout, shipped
 from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import BuildError
 from provisioner.steps import Step, StepEvent, StepRunner
@@ -80,7 +80,7 @@ class LitertOptions:
     qairt: str = QAIRT
     patches: Path = PATCH_DIR
     allow_cross: bool = False
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    env: Mapping[str, str] = field(default_factory=context.environ)   # the run's (CLI edge passes it)
 
     @property
     def src(self) -> Path:

@@ -31,7 +31,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import shipped, tools
+from provisioner import context, shipped, tools
 from provisioner.errors import RenderError
 from provisioner.manifest import Manifest
 from provisioner.plan import (
@@ -314,7 +314,7 @@ def validate_with_kas(result: RenderResult, repo_overrides: dict[str, dict[str, 
         _write(kas_file, _local_overrides_text(result.plan.qli.kas_header_version, main_include, repo_overrides))
     wd = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kas-validate-"))
     wd.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "KAS_PREMIRRORS",
+    env = {k: v for k, v in context.environ().items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "KAS_PREMIRRORS",
                                                         "KAS_REPO_REF_DIR", "SSL_CERT_FILE", "GIT_SSL_CAINFO")}
     env["KAS_WORK_DIR"] = str(wd)
     env.setdefault("HOME", str(wd))

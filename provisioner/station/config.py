@@ -23,13 +23,14 @@ Example ``station.yaml`` (relative paths are relative to the file)::
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from provisioner import context
 from provisioner.errors import StationError
 
 DEFAULT_CONFIG = Path("station.yaml")
@@ -46,8 +47,12 @@ class Credential:
     file: Path | None = None
     user: str = "root"
 
-    def secret(self) -> str | None:
-        """The password, or None if no source holds one. Never logged by callers."""
+    def secret(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The password, or None if no source holds one. Never logged by callers.
+
+        ``env`` is the run's environment (:mod:`provisioner.context`); the variable is read when
+        the console needs it, so the secret is never copied into settings or a child's environment.
+        """
         if self.file is not None:
             try:
                 return self.file.read_text(encoding="utf-8").rstrip("\r\n")
@@ -55,7 +60,7 @@ class Credential:
                 raise StationError(f"console password file {self.file} is unreadable ({exc.strerror})",
                                    "fix credential.file in station.yaml") from None
         if self.env:
-            return os.environ.get(self.env)
+            return (context.environ() if env is None else env).get(self.env)
         return None
 
     def describe(self) -> str:

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
+from provisioner.contracts.release import Release
 from provisioner.errors import StationError, UserError
-from provisioner.image.release import Release
 from provisioner.station import edl
 from provisioner.station.bundle import Preflight, preflight
 from provisioner.station.config import StationConfig
 from provisioner.station.console import ConsoleDriver
 from provisioner.station.qdl import QDL_HINT, QdlDriver, QdlInfo, detect_qdl
 from provisioner.station.records import FAILED, INTERRUPTED, PASSED, Records, is_no_space, no_space_error, require_space
-from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashSettings
+from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashOptions, FlashSettings
 from provisioner.steps import Listener, StepEvent
 
 
@@ -232,28 +232,27 @@ def _stop_children(program: str) -> list[int]:
     return killed
 
 
-def flash_release(release: Path | str | Release | Preflight, config: StationConfig, *,
-                  serials: list[str] | None = None, all_boards: bool = False, board_id: str | None = None,
-                  jobs: int | None = None, timeout_s: float = 900.0, retries: int = 2,
-                  reappear_timeout_s: float = 30.0, edl_timeout_s: float = 60.0, boot_timeout_s: float = 300.0,
-                  boot_check: bool = False, allow_old_qdl: bool = False, listener: Listener | None = None,
+def flash_release(release: Path | str | Release | Preflight, config: StationConfig,
+                  options: FlashOptions | None = None, *, listener: Listener | None = None,
                   records: Records | None = None, stop: threading.Event | None = None,
                   on_preflight: Callable[[Preflight], None] | None = None) -> FlashRun:
     """Preflight, then flash every selected board in parallel; never raises for one board's failure.
 
-    ``listener`` receives every :class:`StepEvent` (live progress); ``records`` (writer) gets the
-    attempts. Raises :class:`StationError` only for problems that stop the whole run (bad
-    bundle, qdl missing/too old, unknown serial, no boards).
+    ``options`` are the operator's choices (which boards, timeouts, retries, boot check), resolved
+    at the CLI edge; ``config`` is the station. ``listener`` receives every :class:`StepEvent`
+    (live progress); ``records`` (writer) gets the attempts. Raises :class:`StationError` only for
+    problems that stop the whole run (bad bundle, qdl missing/too old, unknown serial, no boards).
     """
+    opts = options or FlashOptions()
     t0 = time.monotonic()
-    pf = release if isinstance(release, Preflight) else preflight(release, board_id)
+    pf = release if isinstance(release, Preflight) else preflight(release, opts.board_id)
     if on_preflight:
         on_preflight(pf)
     pf.raise_for_problems()
     info = detect_qdl(config.qdl)
-    targets = select_targets(config, pf.board.id, serials=serials, all_boards=all_boards)
+    targets = select_targets(config, pf.board.id, serials=list(opts.serials), all_boards=opts.all_boards)
     visible = len([d for d in edl.scan_edl(config.sysfs_root) if d.mode == "edl"])
-    serial_select = check_qdl_for(info, targets, allow_old_qdl=allow_old_qdl, visible=visible)
+    serial_select = check_qdl_for(info, targets, allow_old_qdl=opts.allow_old_qdl, visible=visible)
     log_dir = Path(config.log_dir) / time.strftime("%Y%m%d-%H%M%S") / pf.release_id
     require_space(config.log_dir, "per-board log folder")
     try:
@@ -265,9 +264,8 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
                            "set log_dir: in station.yaml to a writable folder") from None
     settings = FlashSettings(preflight=pf, qdl=QdlDriver(info, storage=pf.board.storage_type.lower()),
                              sysfs_root=Path(config.sysfs_root), log_dir=log_dir, slots=config.slots,
-                             credential=config.credential, baudrate=config.baudrate, timeout_s=timeout_s,
-                             retries=retries, reappear_timeout_s=reappear_timeout_s, edl_timeout_s=edl_timeout_s,
-                             boot_timeout_s=boot_timeout_s, serial_select=serial_select)
+                             credential=config.credential, baudrate=config.baudrate, options=opts,
+                             serial_select=serial_select)
     attempts: dict[str, int] = {}
     listeners: list[Listener] = []
     if records is not None:
@@ -281,7 +279,7 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
     if listener:
         listeners.append(listener)
     stop = stop or threading.Event()
-    goal = "verified" if boot_check else "flashed"
+    goal = "verified" if opts.boot_check else "flashed"
 
     unrecorded: dict[str, str] = {}   # serial -> where its outcome is, when the database missed it
 
@@ -323,7 +321,7 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
         return BoardResult(t.serial, t.slot, t.port, strat.state, ok, error, time.monotonic() - b0, strat.tries,
                            rate, str(strat.log_path), strat.identity, aid, strat.log_error)
 
-    workers = max(1, min(jobs or len(targets), len(targets)))
+    workers = max(1, min(opts.jobs or len(targets), len(targets)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flash") as pool:
         try:
             results = list(pool.map(work, targets))

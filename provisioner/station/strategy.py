@@ -45,6 +45,26 @@ class BoardTarget:
     console: str | None = None
 
 
+@dataclass(frozen=True)
+class FlashOptions:
+    """What the operator chose for one flash run, resolved once at the CLI edge.
+
+    The defaults live here only (``station flash``'s option defaults are read from this class).
+    """
+
+    serials: tuple[str, ...] = ()     # boards to flash by serial ...
+    all_boards: bool = False          # ... or every board in EDL
+    board_id: str | None = None       # the release's board, when the bundle does not say
+    jobs: int | None = None           # parallel boards (default: all)
+    timeout_s: float = 900.0          # per qdl run
+    retries: int = 2                  # extra qdl runs after a transient USB error
+    reappear_timeout_s: float = 30.0  # wait for a dropped board to come back in EDL
+    edl_timeout_s: float = 60.0       # wait for a board sent to EDL from its console
+    boot_timeout_s: float = 300.0
+    boot_check: bool = False          # watch the console and verify the release booted
+    allow_old_qdl: bool = False       # one board alone with a qdl that has no --serial
+
+
 @dataclass
 class FlashSettings:
     """Everything the steps need, decided up front (nothing looked up inside a step)."""
@@ -56,11 +76,7 @@ class FlashSettings:
     slots: dict[str, str] = field(default_factory=dict)
     credential: Credential = field(default_factory=Credential)
     baudrate: int = 115200
-    timeout_s: float = 900.0          # per qdl run
-    retries: int = 2                  # extra qdl runs after a transient USB error
-    reappear_timeout_s: float = 30.0  # wait for a dropped board to come back in EDL
-    edl_timeout_s: float = 60.0       # wait for a board sent to EDL from its console
-    boot_timeout_s: float = 300.0
+    options: FlashOptions = field(default_factory=FlashOptions)
     serial_select: bool = True        # pass --serial (False only for the old qdl, one board)
 
 
@@ -166,11 +182,12 @@ class BoardStrategy:
                                    ) from None
             self.emit("edl", "progress", action="reboot edl", console=self.target.console)
             con.reboot_edl()
-        dev = edl.wait_for_device(self.s.sysfs_root, self.target.serial, timeout_s=self.s.edl_timeout_s,
+        dev = edl.wait_for_device(self.s.sysfs_root, self.target.serial, timeout_s=self.s.options.edl_timeout_s,
                                   slots=self.s.slots)
         if dev is None:
-            raise StationError(f"board {self.target.serial} did not appear in EDL within {self.s.edl_timeout_s:g} s "
-                               "after 'reboot edl'", "check the USB cable of its slot")
+            raise StationError(f"board {self.target.serial} did not appear in EDL within "
+                               f"{self.s.options.edl_timeout_s:g} s after 'reboot edl'",
+                               "check the USB cable of its slot")
         self._adopt(dev)
 
     def _adopt(self, dev: edl.EdlDevice) -> None:
@@ -180,7 +197,7 @@ class BoardStrategy:
     def _flash(self) -> None:
         pf = self.s.preflight
         planned = [p.label for p in pf.programs if not p.skipped and not p.erase]
-        attempts = 1 + max(0, self.s.retries)
+        attempts = 1 + max(0, self.s.options.retries)
         for n in range(1, attempts + 1):
             self.tries = n
 
@@ -194,7 +211,7 @@ class BoardStrategy:
                 self.emit("flash", "process", pid=pid, start=start_id(pid))
 
             outcome = self.s.qdl.flash(pf.qdl_args(), serial=self.target.serial if self.s.serial_select else None,
-                                       planned=planned, log_path=self.log_path, timeout_s=self.s.timeout_s,
+                                       planned=planned, log_path=self.log_path, timeout_s=self.s.options.timeout_s,
                                        include=pf.bundle_dir, on_progress=on_progress, stop=self.stop,
                                        on_start=on_start)
             self.progress = outcome.progress
@@ -209,11 +226,11 @@ class BoardStrategy:
                 raise StationError(f"board {self.target.serial}: {outcome.error}",
                                    f"see {self.log_path}")
             self.emit("flash", "retry", attempt=n, error=outcome.error)
-            dev = edl.wait_for_device(self.s.sysfs_root, self.target.serial, timeout_s=self.s.reappear_timeout_s,
-                                      slots=self.s.slots)
+            dev = edl.wait_for_device(self.s.sysfs_root, self.target.serial,
+                                      timeout_s=self.s.options.reappear_timeout_s, slots=self.s.slots)
             if dev is None:
                 raise StationError(f"board {self.target.serial} dropped out of EDL ({outcome.error}) and did not "
-                                   f"come back within {self.s.reappear_timeout_s:g} s",
+                                   f"come back within {self.s.options.reappear_timeout_s:g} s",
                                    "re-seat its USB cable, power-cycle it into EDL and flash it again")
 
     def _console(self) -> ConsoleDriver:
@@ -221,7 +238,7 @@ class BoardStrategy:
             raise StationError(f"board {self.target.serial} has no console configured; cannot check the boot",
                                "add it to consoles: in station.yaml or drop --boot-check")
         return ConsoleDriver(self.target.console, baudrate=self.s.baudrate, credential=self.s.credential,
-                             log_path=self.console_log, prompt_timeout_s=self.s.boot_timeout_s)
+                             log_path=self.console_log, prompt_timeout_s=self.s.options.boot_timeout_s)
 
     def _start_capture(self) -> None:
         """Open the console before qdl resets the board, so the whole boot log lands in the
@@ -264,7 +281,7 @@ class BoardStrategy:
         makes print ``edge-llm release <BUILD_ID>``, is the evidence, and the fleet's SSH checks
         read the rest later.
         """
-        deadline = time.monotonic() + self.s.boot_timeout_s
+        deadline = time.monotonic() + self.s.options.boot_timeout_s
         con = self._stop_capture()
         if con is not None and con.ser is not None:
             try:

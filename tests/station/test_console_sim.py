@@ -11,7 +11,7 @@ from provisioner.cli import main
 from provisioner.sim import control
 from provisioner.station.config import Credential
 from provisioner.station.console import ConsoleDriver
-from provisioner.station.flash import flash_release, scan
+from provisioner.station.flash import FlashOptions, flash_release, scan
 from provisioner.station.records import Records, build_inventory
 
 from .test_flash import _assert_flashed
@@ -133,23 +133,26 @@ def test_debug_image_boot_check_logs_in_and_a_production_board_cannot_be_sent_to
     vb = booted(1)[0]
     station.config.consoles = {vb.serial: str(vb.console_link)}
     with Records(station.config.database) as rec:
-        run = flash_release(release_8275_debug, station.config, serials=[vb.serial], boot_check=True,
-                            boot_timeout_s=30, edl_timeout_s=15, records=rec)
+        run = flash_release(release_8275_debug, station.config,
+                            FlashOptions(serials=(vb.serial,), boot_check=True, boot_timeout_s=30, edl_timeout_s=15),
+                            records=rec)
         assert run.ok, [r.error for r in run.results]
         ident = run.results[0].identity
         assert "source" not in ident
         assert (ident["build_id"], ident["machine"], ident["serial"]) == (
             "gemma4-e2b-iq8275-2026.11-debug", "QCS8275", vb.serial)
 
-        run = flash_release(release_8275, station.config, serials=[vb.serial], boot_check=True,
-                            boot_timeout_s=30, edl_timeout_s=15, records=rec)
+        run = flash_release(release_8275, station.config,
+                            FlashOptions(serials=(vb.serial,), boot_check=True, boot_timeout_s=30, edl_timeout_s=15),
+                            records=rec)
         assert run.ok and run.results[0].identity["source"] == "console banner"
         seen = scan(station.config, [str(vb.console_link)]).consoles[0]
         assert seen.identity["build_id"] == "gemma4-e2b-iq8275-2026.11" and "refused" in seen.error
         assert main(["console", str(vb.console_link), "--identity"]) == 2
         err = capsys.readouterr().err
         assert "refused on a board running release gemma4-e2b-iq8275-2026.11" in err and "use SSH" in err
-        run = flash_release(release_8275, station.config, serials=[vb.serial], edl_timeout_s=15, records=rec)
+        run = flash_release(release_8275, station.config,
+                            FlashOptions(serials=(vb.serial,), edl_timeout_s=15), records=rec)
     assert not run.ok
     assert "root cannot log in on its console" in run.results[0].error
     assert "hold the EDL button" in run.results[0].error

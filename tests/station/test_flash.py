@@ -11,7 +11,7 @@ import yaml
 from provisioner.cli import main
 from provisioner.errors import StationError
 from provisioner.station import edl
-from provisioner.station.flash import flash_release
+from provisioner.station.flash import FlashOptions, flash_release
 from provisioner.station.flashxml import find_flash_xml, parse_rawprogram
 from provisioner.station.qdl import detect_qdl
 from provisioner.station.records import Records
@@ -37,7 +37,8 @@ def test_parallel_flash_writes_every_board(station, release_8275):
     boards = station.add(3)
     events = []
     with Records(station.config.database) as rec:
-        run = flash_release(release_8275, station.config, all_boards=True, records=rec, listener=events.append)
+        run = flash_release(release_8275, station.config,
+                            FlashOptions(all_boards=True), records=rec, listener=events.append)
         hist = rec.history()
     assert run.ok and [r.serial for r in run.results] == [b.serial for b in boards]
     bundle = next((release_8275 / "flash").iterdir())
@@ -57,8 +58,8 @@ def test_edl_drop_fails_alone(station, release_8275):
     good = station.add(2)
     bad = station.add(1, faults=("edl-drop",), start=2)[0]
     with Records(station.config.database) as rec:
-        run = flash_release(release_8275, station.config, all_boards=True, records=rec, retries=1,
-                            reappear_timeout_s=1.0)
+        run = flash_release(release_8275, station.config,
+                            FlashOptions(all_boards=True, retries=1, reappear_timeout_s=1.0), records=rec)
         hist = {h["serial"]: h for h in rec.history()}
     res = {r.serial: r for r in run.results}
     assert not run.ok and [r.serial for r in run.failed] == [bad.serial]
@@ -91,7 +92,8 @@ def test_transient_drop_is_retried_when_the_board_comes_back(station, release_82
 
     t = threading.Thread(target=replug)
     t.start()
-    run = flash_release(release_8275, station.config, serials=[board.serial], retries=2, reappear_timeout_s=10)
+    run = flash_release(release_8275, station.config,
+                        FlashOptions(serials=(board.serial,), retries=2, reappear_timeout_s=10))
     t.join()
     assert run.ok and run.results[0].tries == 2
     _assert_flashed(board.reload(), bundle)
@@ -104,18 +106,18 @@ def test_old_qdl_is_detected_and_refused_for_parallel(station, release_8275):
     assert not info.has_serial and info.version is None
     station.config.qdl = old
     with pytest.raises(StationError, match=r"no --serial.*2 boards.*qdl-native"):
-        flash_release(release_8275, station.config, all_boards=True)
+        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
     with pytest.raises(StationError, match="--allow-old-qdl"):
-        flash_release(release_8275, station.config, serials=["0AA94E00"])
+        flash_release(release_8275, station.config, FlashOptions(serials=("0AA94E00",)))
     # with the flag, still refused while two boards are in EDL (old qdl picks whichever it finds)
     with pytest.raises(StationError, match="cannot choose"):
-        flash_release(release_8275, station.config, serials=["0AA94E00"], allow_old_qdl=True)
+        flash_release(release_8275, station.config, FlashOptions(serials=("0AA94E00",), allow_old_qdl=True))
 
 
 def test_old_qdl_one_board_alone_with_flag(station, release_8275):
     board = station.add(1)[0]
     station.config.qdl = str(station.wrappers["qdl-2022"])
-    run = flash_release(release_8275, station.config, serials=[board.serial], allow_old_qdl=True)
+    run = flash_release(release_8275, station.config, FlashOptions(serials=(board.serial,), allow_old_qdl=True))
     assert run.ok and "no --serial" in run.qdl.describe()
     _assert_flashed(board.reload(), next((release_8275 / "flash").iterdir()))
 
@@ -124,15 +126,15 @@ def test_qdl_missing(station, release_8275):
     station.add(1)
     station.config.qdl = str(station.root / "bin" / "no-such-qdl")
     with pytest.raises(StationError, match=r"qdl not found at .*bitbake qdl-native"):
-        flash_release(release_8275, station.config, all_boards=True)
+        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
 
 
 def test_unknown_serial_and_no_devices(station, release_8275):
     with pytest.raises(StationError, match=f"no boards in EDL on this station \\(sysfs root {station.root}"):
-        flash_release(release_8275, station.config, all_boards=True)
+        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
     station.add(1)
     with pytest.raises(StationError, match=r"board DEADBEEF is not connected.*0AA94E00"):
-        flash_release(release_8275, station.config, serials=["deadbeef"])
+        flash_release(release_8275, station.config, FlashOptions(serials=("deadbeef",)))
     assert station.add(1, start=1)[0].reload().state == "edl"  # nothing was touched
 
 
@@ -180,7 +182,7 @@ def test_slot_wired_to_another_board_type_is_refused(station, release_8275):
     station.config.boards = {"1-4.1": "iq-9075-evk"}
     station.config.slots = {"1-4.1": "slot 1"}
     with pytest.raises(StationError, match="slot slot 1 holds a iq-9075-evk, the release is for iq-8275-evk"):
-        flash_release(release_8275, station.config, all_boards=True)
+        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
 
 
 def test_jobs_limits_parallelism(station, release_8275):
@@ -194,7 +196,7 @@ def test_jobs_limits_parallelism(station, release_8275):
         if ev.kind == "state" and ev.detail["state"] in ("flashed", "failed"):
             running.discard(ev.serial)
 
-    run = flash_release(release_8275, station.config, all_boards=True, jobs=1, listener=listener)
+    run = flash_release(release_8275, station.config, FlashOptions(all_boards=True, jobs=1), listener=listener)
     assert run.ok and max(peak) == 1
 
 
