@@ -13,9 +13,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import re
 import sys
-import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -23,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from provisioner import catalog, layout, shipped
+from provisioner.artifacts.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, read_sidecar
 from provisioner.errors import RenderError
 from provisioner.manifest import Manifest, Model
 
@@ -32,6 +32,9 @@ MODELCHECK_PATH = LAYER_DIR / "lib" / "edgellm" / "modelcheck.py"
 IMAGE_RECIPE = "edge-llm-image"
 DISTRO_IMAGE_INCLUDE = "ci/qcom-distro-multimedia-image.yml"
 DEBUG_LOGIN_FEATURES = ("allow-empty-password", "empty-root-password", "allow-root-login")
+
+# (model path, board) -> the inspector's report (qairt_builds, soc_model, dsp_arch, truncated, size...) or None
+Inspector = Callable[[Path, catalog.Board], Any]
 
 
 @cache
@@ -180,22 +183,14 @@ def image_facts(board: catalog.Board, qairt: tuple[str, ...]):
                                    soc_model=board.qnn_soc_model, hexagon_arch=board.hexagon_arch)
 
 
-def _inspect(path: Path, board: catalog.Board) -> Any | None:
-    """helper A's inspector when available; None means 'use the manifest's declared values'."""
-    try:
-        from provisioner.artifacts.inspect import inspect_path
-    except ImportError:  # the artifacts stage is optional for rendering
-        return None
-    return inspect_path(path, board)
-
-
-def _model_plan(m: Model, board: catalog.Board, qairt: tuple[str, ...], *, inspect: bool) -> ModelPlan:
+def _model_plan(m: Model, board: catalog.Board, qairt: tuple[str, ...], *,
+                inspector: Inspector | None) -> ModelPlan:
     mc = modelcheck()
     facts = mc.ModelFacts(name=m.name, kind=m.kind, qairt=m.qairt)
     facts_from = "manifest"
     size = m.size
-    if m.path is not None and m.path.exists() and inspect:
-        found = _inspect(m.path, board)
+    if m.path is not None and m.path.exists():
+        found = inspector(m.path, board) if inspector is not None else None
         if found is not None:
             builds = [catalog.normalize_qairt(b) for b in found.qairt_builds]
             # A file compiled for several builds is unusual; prefer the declared one when present.
@@ -246,51 +241,29 @@ def _fallback_version(m: Model, size: int | None) -> str:
     return f"size{size}" if size else "unpinned"
 
 
-def _sidecar_sha256(path: Path) -> str | None:
-    """sha256 from ``<file>.sha256`` (sha256sum format), else computed once and cached there."""
-    side = path.with_name(path.name + ".sha256")
-    if side.is_file():
-        text = side.read_text(encoding="utf-8").split()
-        if text and len(text[0]) == 64:
-            return text[0].lower()
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    try:
-        side.write_text(f"{digest}  {path.name}\n", encoding="utf-8")
-    except OSError:
-        pass
-    return digest
-
-
 def _qairt_checksums(version: str, dl_dir: Path | None) -> dict[str, str | None]:
-    """The zip's sha256 and LICENSE.pdf md5: catalog values, else read from the zip in DL_DIR.
+    """The zip's sha256 and LICENSE.pdf md5: catalog values, else what `provisioner fetch` recorded.
 
-    Never guessed: unknown values stay None and the recipe stops at do_fetch with the fix.
+    The plan reads facts, it hashes nothing: ``fetch`` writes ``<zip>.sha256`` and
+    ``<zip>.license.md5`` beside the zip (:func:`provisioner.artifacts.hashing.read_sidecar`). Never
+    guessed: unknown values stay None and the recipe stops at do_fetch with the fix.
     """
     entry = catalog.qairt_catalog()["versions"].get(version, {})
-    sha = entry.get("sha256")
-    md5 = entry.get("license_md5")
     zip_name = catalog.qairt_url(version).rsplit("/", 1)[-1]
     zpath = dl_dir / zip_name if dl_dir else None
-    if zpath is not None and zpath.is_file():
-        sha = sha or _sidecar_sha256(zpath)
-        if not md5:
-            try:
-                with zipfile.ZipFile(zpath) as z:
-                    md5 = hashlib.md5(z.read(f"qairt/{version}/LICENSE.pdf")).hexdigest()
-            except (KeyError, zipfile.BadZipFile, OSError):
-                md5 = None
+    sha = entry.get("sha256") or (read_sidecar(zpath, SHA256_SUFFIX) if zpath else None)
+    md5 = entry.get("license_md5") or (read_sidecar(zpath, LICENSE_MD5_SUFFIX) if zpath else None)
     return {"sha256": sha, "license_md5": md5, "zip": zip_name}
 
 
-def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspect: bool = True,
+def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspector: Inspector | None = None,
               layer: Path = LAYER_DIR) -> Plan:
-    """Decide everything for ``manifest``; raise RenderError for anything the build would refuse."""
+    """Decide everything for ``manifest``; raise RenderError for anything the build would refuse.
+
+    ``inspector`` reads a local model file's facts (the image stage hands in the artifacts stage's
+    ``inspect_path``, so the plan never imports a later stage); without it a Genie folder is read
+    with the layer's own rule and a file's declared manifest values are used.
+    """
     rel = catalog.release(manifest.qli)
     board = manifest.board
     if board.id not in rel.machines:
@@ -321,13 +294,13 @@ def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspe
                               f"which the manifest does not pin ({', '.join(qairt)})",
                               f"add {layout.LITERT_QAIRT} to qairt, or rebuild the runtime for your build")
         tarball = litert_tarball()
-        sha = _sidecar_sha256(dl_dir / tarball) if dl_dir and (dl_dir / tarball).exists() else None
+        sha = read_sidecar(dl_dir / tarball, SHA256_SUFFIX) if dl_dir else None   # `litert build` wrote it
         litert = {"rev": layout.LITERT_REV, "qairt": layout.LITERT_QAIRT, "tarball": tarball, "sha256": sha}
         runtime_recipes.append("litert-lm-runtime")
     if "genie" in runtimes:
         runtime_recipes += [f"{qairt_recipe(v)}-genie" for v in qairt]
 
-    models = tuple(_model_plan(m, board, qairt, inspect=inspect) for m in manifest.models)
+    models = tuple(_model_plan(m, board, qairt, inspector=inspector) for m in manifest.models)
     checksums = {v: _qairt_checksums(v, dl_dir) for v in qairt}
     for v, c in checksums.items():
         if not (c["sha256"] and c["license_md5"]):
@@ -338,14 +311,7 @@ def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspe
             warnings.append(f"model {m.name} is a local path ({m.local_path}): the build container must see it "
                             "at the same path")
 
-    img = manifest.image
-    if not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", img.inference_user):
-        raise RenderError(f"inference_user {img.inference_user!r} is not a valid Linux user name",
-                          "use lowercase letters, digits, '_' or '-' (e.g. llm)")
-    for k in img.ssh_authorized_keys:
-        if any(c in k for c in "\"'\\") or "${" in k:
-            raise RenderError("an ssh_authorized_keys entry contains quotes, backslashes or '${'",
-                              "use the plain one-line public key")
+    img = manifest.image   # user name and ssh keys were checked by manifest.py's validation
     b = manifest.build
     cache_cfg = {"hashserve": b.hashserve, "hashserve_upstream": b.hashserve_upstream,
                  "sstate_mirrors": list(b.sstate_mirrors), "mirrors": list(b.mirrors)}

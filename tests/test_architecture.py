@@ -10,7 +10,8 @@ The rule, checked on every module (``ast``, module- and function-level imports a
   ``yamlsafe``, ``artifacts.hashing`` (sha256 of a file/tree, used by every stage). Foundations
   import only foundations and ``catalog`` (data, not a stage's logic).
 - ``station`` and ``fleet`` read models, pins and thresholds from the release contract, never from
-  the ``Manifest``: they may not import ``manifest`` or ``plan``.
+  the ``Manifest`` nor from the image stage that writes it: they may not import ``manifest``, ``plan``
+  or ``image``.
 - ``cli``, ``rehearse`` and ``__main__`` are the edges and may import anything.
 - Nothing but ``rehearse`` and ``cli.sim`` (and ``sim`` itself) imports ``provisioner.sim``: production
   never depends on the simulator. ``sim`` may import foundations, catalog and data types, but not
@@ -37,8 +38,6 @@ SIM_USERS = {"rehearse", "cli.sim"}
 
 # (importing module, imported module) -> why it is still there
 KNOWN: dict[tuple[str, str], str] = {
-    ("plan", "artifacts.inspect"): "the plan inspects model files itself; the inspector should be handed in "
-                                   "by the image stage",
     ("sim.runtime", "artifacts.inspect"): "the virtual runtime reads a .litertlm header with the product's "
                                           "inspector instead of its own reader",
     ("sim.bundle", "fleet.service"): "a virtual image ships the serve unit the fleet writes (the unit is what the "
@@ -113,6 +112,8 @@ def _violation(src: str, dst: str) -> str | None:
             return f"{ks} (stage {STAGES[ks]}) imports a later stage {kd} ({STAGES[kd]})"
         if ks in ("station", "fleet") and kd in ("manifest", "plan"):
             return f"{ks} reads the Manifest/plan instead of the release contract"
+        if ks in ("station", "fleet") and kd == "image":
+            return f"{ks} reads the image stage instead of the release contract (contracts.release)"
     return None
 
 
@@ -139,5 +140,7 @@ def test_rule_catches_a_backward_import():
     assert _violation("station", "manifest")
     assert _violation("fleet.verdict", "sim.board")
     assert _violation("station.flash", "fleet.inventory")
+    assert _violation("station.bundle", "image.release")
+    assert _violation("station.bundle", "contracts.release") is None
     assert _violation("plan", "contracts.inventory") is None
     assert _violation("cli.sim", "sim.board") is None

@@ -26,12 +26,14 @@ import re
 import threading
 import time
 import urllib.parse
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from provisioner import catalog, context
+from provisioner.artifacts.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, write_sidecar
 from provisioner.errors import FetchError, UserError
 from provisioner.manifest import Manifest
 from provisioner.ui import Reporter
@@ -232,6 +234,7 @@ def fetch_one(item: FetchItem, dl_dir: Path, *, session: Any = None, reporter: R
                 final.unlink()
             else:
                 reporter.info(f"{final.name}: already complete" + (" (sha256 verified)" if item.sha256 else ""))
+                _record(item, final, digest)
                 return FetchResult(item, final, "skipped", None, 0, time.monotonic() - t0, digest, notes)
     for n in notes:
         reporter.warn(n)
@@ -247,11 +250,31 @@ def fetch_one(item: FetchItem, dl_dir: Path, *, session: Any = None, reporter: R
                 reporter.warn(str(exc) + ("; trying next source" if url != item.urls[-1] else ""))
             continue
         os.replace(part, final)
+        _record(item, final, digest)
         status = "resumed" if resumed else "downloaded"
         reporter.info(f"{final.name}: {status} from {redact(url)} ({transferred:,} bytes)")
         return FetchResult(item, final, status, url, transferred, time.monotonic() - t0, digest, notes)
     detail = errors[-1] if len(errors) == 1 else "; ".join(errors)
     raise FetchError(f"cannot fetch {item.filename}: {detail}", _hint(errors))
+
+
+def _record(item: FetchItem, final: Path, digest: str) -> None:
+    """Write what the plan needs to know about a fetched QAIRT zip beside it (the plan hashes nothing)."""
+    if item.kind == "qairt":
+        record_qairt_checksums(final, item.name, digest)
+
+
+def record_qairt_checksums(zpath: Path, version: str, sha256: str) -> None:
+    """``<zip>.sha256`` and ``<zip>.license.md5`` (md5 of ``qairt/<version>/LICENSE.pdf``, the file the
+    qairt-runtime recipe's LIC_FILES_CHKSUM names) beside a complete QAIRT zip; a zip without that
+    member gets no md5 file, so the plan keeps saying the checksum is unknown."""
+    write_sidecar(zpath, SHA256_SUFFIX, sha256)
+    try:
+        with zipfile.ZipFile(zpath) as z:
+            md5 = hashlib.md5(z.read(f"qairt/{version}/LICENSE.pdf")).hexdigest()
+    except (KeyError, zipfile.BadZipFile, OSError):
+        return
+    write_sidecar(zpath, LICENSE_MD5_SUFFIX, md5)
 
 
 def _hint(errors: list[str]) -> str:

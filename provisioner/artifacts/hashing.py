@@ -59,3 +59,33 @@ def artifact_files(path: Path) -> list[Path]:
     if path.is_dir():
         return sorted(p for p in path.rglob("*") if p.is_file())
     return [path]
+
+
+# -- sidecar files: a digest recorded beside the file it describes ------------------------------
+# `fetch` (QAIRT zips) and `litert build` (the runtime tarball) write them where they run; the plan
+# only reads them, so deciding never hashes multi-GB files. Format: sha256sum(1)'s "<hex>  <name>".
+SHA256_SUFFIX = ".sha256"
+LICENSE_MD5_SUFFIX = ".license.md5"     # md5 of the QAIRT zip's qairt/<version>/LICENSE.pdf
+_HEX_LEN = {SHA256_SUFFIX: 64, LICENSE_MD5_SUFFIX: 32}
+
+
+def write_sidecar(path: Path, suffix: str, digest: str) -> Path:
+    """Write ``<path><suffix>`` holding ``digest`` atomically (a reader never sees half a line)."""
+    side = path.with_name(path.name + suffix)
+    tmp = side.with_name(f".{side.name}.tmp")
+    tmp.write_text(f"{digest}  {path.name}\n", encoding="utf-8")
+    os.replace(tmp, side)
+    return side
+
+
+def read_sidecar(path: Path, suffix: str) -> str | None:
+    """The digest in ``<path><suffix>``, or None when there is none (or it is not a digest)."""
+    side = path.with_name(path.name + suffix)
+    try:
+        words = side.read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not words or len(words[0]) != _HEX_LEN[suffix]:
+        return None
+    digest = words[0].lower()
+    return digest if all(c in "0123456789abcdef" for c in digest) else None

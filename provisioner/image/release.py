@@ -1,375 +1,41 @@
-"""The release directory: what a build hands to the factory station and to rehearsals.
+"""Writing a release directory: what a build hands to the factory station and to rehearsals.
 
-A release is one folder (CONTRACTS section 3)::
-
-    <out>/<release-id>/
-      release.json
-      kas/                      rendered kas files + the kas lock actually used
-      flash/<image>-<machine>/  the unpacked qcomflash bundle
-      logs/build.log
-
-``release.json`` records the sha256 and size of *every* bundle file so a station can prove,
-before touching a board, that what it flashes is byte-for-byte what the build produced.
-Artifact paths in ``release.json`` are relative to the bundle folder (``bundle``), so the same
-list checks a bundle that was copied on its own.
-
-:func:`load_release` accepts three things a station operator may hold: a release folder, a bare
-bundle folder (``<image>-<machine>/`` with rawprogram XML), or the ``.qcomflash.tar.gz`` that
-bitbake wrote. Tarballs are extracted safely (no absolute paths, no ``..``, no links that
-escape, no device files) because a flash bundle often arrives from another machine.
+The format (``release.json``, the bundle layout) and its reader are the release contract,
+:mod:`provisioner.contracts.release`; this module only assembles a release folder from a build's
+flash bundle, kas files and log.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import socket
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from provisioner import catalog
+from provisioner import catalog, layout
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts.release import (  # noqa: F401 - re-exported for the image stage's callers
+    FORMAT,
+    RELEASE_JSON,
+    TARBALL_SUFFIX,
+    Artifact,
+    Release,
+    ReleaseModel,
+    bundle_in,
+    hash_bundle,
+    load_release,
+    safe_extract,
+    split_bundle_name,
+    tree_digest,
+)
 from provisioner.errors import ArtifactError, UserError
-
-FORMAT = 1
-RELEASE_JSON = "release.json"
-TARBALL_SUFFIX = ".qcomflash.tar.gz"
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One bundle file: path relative to the bundle folder, sha256, size in bytes."""
-
-    path: str
-    sha256: str
-    size: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "size": self.size}
-
-
-@dataclass
-class Release:
-    """A loaded release (or a bare bundle seen as one).
-
-    ``root`` is the release folder, or ``None`` when only a bundle was given. ``data`` is the
-    parsed ``release.json`` (for a bare bundle: what could be inferred, with ``artifacts``
-    computed from the files). ``tmpdir`` is set when a tarball was extracted to a temporary
-    folder; :meth:`close` (or ``with``) removes it.
-    """
-
-    bundle_dir: Path
-    data: dict[str, Any]
-    root: Path | None = None
-    tmpdir: Path | None = None
-    artifacts: list[Artifact] = field(default_factory=list)
-
-    # -- convenience views -------------------------------------------------------------
-    @property
-    def id(self) -> str | None:
-        return self.data.get("release")
-
-    @property
-    def board(self) -> str | None:
-        return self.data.get("board")
-
-    @property
-    def machine(self) -> str | None:
-        return self.data.get("machine")
-
-    @property
-    def image(self) -> str | None:
-        return self.data.get("image")
-
-    @property
-    def simulated(self) -> bool:
-        return bool(self.data.get("simulated", False))
-
-    @property
-    def models(self) -> list[dict[str, Any]]:
-        return list(self.data.get("models", []))
-
-    @property
-    def layers(self) -> dict[str, str]:
-        return dict(self.data.get("layers", {}))
-
-    def path(self, relative: str) -> Path:
-        """Absolute path of a bundle file named as in ``artifacts``."""
-        return self.bundle_dir / relative
-
-    def rawprogram_files(self) -> list[Path]:
-        return sorted(self.bundle_dir.glob("rawprogram*.xml"))
-
-    def verify(self, *, hash_files: bool = True) -> list[str]:
-        """Problems between ``artifacts`` and the files on disk (empty list = intact).
-
-        Checks that every listed file exists with its size (and sha256 unless ``hash_files`` is
-        False, for a fast preflight), and that the bundle holds no file the list does not name.
-        """
-        problems: list[str] = []
-        listed = set()
-        inside = self.bundle_dir.resolve()
-        for art in self.artifacts:
-            listed.add(art.path)
-            p = self.bundle_dir / art.path
-            if not _is_within(inside, p.resolve()):       # absolute, '..' or a link out: never read it
-                problems.append(f"{art.path}: points outside the bundle")
-                continue
-            if not p.is_file():
-                problems.append(f"{art.path}: missing from the bundle")
-                continue
-            size = p.stat().st_size
-            if size != art.size:
-                problems.append(f"{art.path}: size {size} != {art.size} recorded in {RELEASE_JSON}")
-                continue
-            if hash_files:
-                digest = sha256_file(p)
-                if digest != art.sha256:
-                    problems.append(f"{art.path}: sha256 {digest[:12]}... != {art.sha256[:12]}... recorded")
-        for rel in _bundle_files(self.bundle_dir):
-            if not _is_within(inside, (self.bundle_dir / rel).resolve()):
-                if rel not in listed:
-                    problems.append(f"{rel}: points outside the bundle")
-            elif rel not in listed:
-                problems.append(f"{rel}: in the bundle but not in {RELEASE_JSON}")
-        return problems
-
-    def as_dict(self) -> dict[str, Any]:
-        out = dict(self.data)
-        out["bundle_dir"] = str(self.bundle_dir)
-        out["root"] = str(self.root) if self.root else None
-        return out
-
-    def close(self) -> None:
-        """Remove a temporary extraction folder (no-op otherwise)."""
-        if self.tmpdir is not None:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
-
-    def __enter__(self) -> Release:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-# -- hashing ---------------------------------------------------------------------------------
-
-def _bundle_files(bundle: Path) -> list[str]:
-    """Every regular file below ``bundle``, as sorted POSIX relative paths."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(bundle):
-        dirnames.sort()
-        for name in filenames:
-            p = Path(dirpath) / name
-            if p.is_file():
-                out.append(p.relative_to(bundle).as_posix())
-    return sorted(out)
-
-
-def hash_bundle(bundle: Path) -> list[Artifact]:
-    """sha256 + size of every file of a bundle folder, sorted by path."""
-    return [Artifact(rel, sha256_file(bundle / rel), (bundle / rel).stat().st_size) for rel in _bundle_files(bundle)]
-
-
-def _tree_digest(folder: Path) -> tuple[str, int]:
-    """One sha256 for a folder (Genie bundle): over sorted 'path sha256 size' lines. Also total size."""
-    h = hashlib.sha256()
-    total = 0
-    for art in hash_bundle(folder):
-        h.update(f"{art.path} {art.sha256} {art.size}\n".encode())
-        total += art.size
-    return h.hexdigest(), total
-
-
-# -- safe tarball extraction --------------------------------------------------------------
-
-def _is_within(base: Path, target: Path) -> bool:
-    try:
-        target.relative_to(base)
-        return True
-    except ValueError:
-        return False
-
-
-def safe_extract(tarball: Path, dest: Path) -> list[str]:
-    """Extract ``tarball`` into ``dest`` refusing anything that could write outside it.
-
-    Refused: absolute names, ``..`` components, symlinks/hardlinks whose target leaves
-    ``dest``, device/fifo entries. Returns the top-level names extracted.
-    """
-    dest = dest.resolve()
-    try:
-        tf = tarfile.open(tarball, "r:*")  # noqa: SIM115 - closed by the `with tf` below
-    except (tarfile.TarError, OSError) as exc:
-        raise ArtifactError(f"{tarball}: not a readable tar archive ({exc})",
-                            "re-copy the .qcomflash.tar.gz from the build's deploy folder") from exc
-    tops: set[str] = set()
-    with tf:
-        try:
-            members = tf.getmembers()
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise ArtifactError(f"{tarball}: archive is damaged or truncated ({exc})",
-                                "re-copy it from the build host and compare its sha256") from exc
-        for m in members:
-            name = m.name
-            parts = Path(name).parts
-            if name.startswith("/") or os.path.isabs(name) or ".." in parts:
-                raise ArtifactError(f"{tarball}: unsafe member path '{name}'",
-                                    "refusing to extract; the archive was not made by bitbake")
-            target = (dest / name).resolve()
-            if not _is_within(dest, target):
-                raise ArtifactError(f"{tarball}: member '{name}' escapes the extraction folder",
-                                    "refusing to extract; the archive was not made by bitbake")
-            if m.issym() or m.islnk():
-                link = m.linkname
-                base = (dest / name).parent if m.issym() else dest
-                ltarget = (base / link).resolve() if not os.path.isabs(link) else Path(link)
-                if os.path.isabs(link) or not _is_within(dest, ltarget):
-                    raise ArtifactError(f"{tarball}: link '{name}' -> '{link}' points outside the bundle",
-                                        "refusing to extract; the archive was not made by bitbake")
-            elif not (m.isfile() or m.isdir()):
-                raise ArtifactError(f"{tarball}: member '{name}' is a device or fifo",
-                                    "refusing to extract; the archive was not made by bitbake")
-            if parts and parts[0] != ".":
-                tops.add(parts[0])
-        try:
-            tf.extractall(dest, members=members, filter="data")
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise ArtifactError(f"{tarball}: archive is damaged or truncated ({exc})",
-                                "re-copy it from the build host and compare its sha256") from exc
-    return sorted(tops)
-
-
-def _bundle_in(folder: Path, origin: Path) -> Path:
-    """The bundle folder inside an extraction: the single top folder holding rawprogram XML."""
-    if any(folder.glob("rawprogram*.xml")):
-        return folder
-    cands = [d for d in sorted(folder.iterdir()) if d.is_dir() and any(d.glob("rawprogram*.xml"))]
-    if len(cands) != 1:
-        raise ArtifactError(f"{origin}: no flash bundle inside (expected one <image>-<machine>/ folder with "
-                            "rawprogram*.xml)", "pass the .qcomflash.tar.gz from tmp/deploy/images/<machine>/")
-    return cands[0]
-
-
-# -- inference for bare bundles ----------------------------------------------------------
-
-def _split_bundle_name(name: str) -> tuple[str | None, str | None, str | None]:
-    """``qcom-multimedia-image-iq-8275-evk`` -> (image, machine, board id) using the catalog."""
-    name = name.removesuffix(TARBALL_SUFFIX).removesuffix(".rootfs")
-    for b in catalog.boards().values():
-        suffix = "-" + b.kas_machine
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)], b.kas_machine, b.id
-    return None, None, None
-
-
-def _parse_artifacts(raw: Any, where: Path) -> list[Artifact]:
-    out = []
-    if not isinstance(raw, list):
-        raise ArtifactError(f"{where}: 'artifacts' must be a list", "rebuild the release with `provisioner build`")
-    for i, a in enumerate(raw):
-        try:
-            out.append(Artifact(str(a["path"]), str(a["sha256"]), int(a["size"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArtifactError(f"{where}: artifacts[{i}] is malformed ({exc})",
-                                "rebuild the release with `provisioner build`") from exc
-    return out
-
-
-def _read_release_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: unreadable release.json ({exc})",
-                            "rebuild the release or restore the file") from exc
-    fmt = data.get("format") if isinstance(data, dict) else None
-    if fmt != FORMAT:
-        raise ArtifactError(f"{path}: unsupported release.json format {fmt!r}",
-                            f"expected format {FORMAT}; rebuild with this provisioner")
-    return data
-
-
-def load_release(path: str | Path, *, extract_dir: Path | None = None, hash_files: bool = True) -> Release:
-    """Open a release folder, a bundle folder or a ``.qcomflash.tar.gz``.
-
-    For a tarball, ``extract_dir`` (created if needed) receives the contents; without it a
-    temporary folder is used and removed by :meth:`Release.close`. A bundle folder that sits
-    inside a release (``<release>/flash/<bundle>/``) is opened as that release. A bundle without
-    ``release.json`` gets its artifact list computed; ``hash_files=False`` lists sizes only and
-    leaves ``sha256`` empty, so a 100 GiB sparse rootfs is not read (``station preflight --no-hash``).
-    """
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise ArtifactError(f"{p}: no such file or folder",
-                            "pass a release folder, a flash bundle folder or a .qcomflash.tar.gz")
-    p = p.resolve()
-    if p.is_file():
-        if not (p.name.endswith(".tar.gz") or p.name.endswith(".tgz") or p.name.endswith(".tar")):
-            if p.name == RELEASE_JSON:
-                return load_release(p.parent)
-            raise ArtifactError(f"{p}: not a release, bundle folder or .qcomflash.tar.gz",
-                                "pass the release folder that holds release.json")
-        tmp = None
-        if extract_dir is None:
-            tmp = Path(tempfile.mkdtemp(prefix="edge-llm-bundle-"))
-            dest = tmp
-        else:
-            dest = Path(extract_dir)
-            dest.mkdir(parents=True, exist_ok=True)
-        try:
-            safe_extract(p, dest)
-            bundle = _bundle_in(dest, p)
-        except BaseException:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        rel = _bare_release(bundle, p, hash_files=hash_files)
-        rel.tmpdir = tmp
-        return rel
-    if (p / RELEASE_JSON).is_file():
-        data = _read_release_json(p / RELEASE_JSON)
-        bundle = (p / str(data.get("bundle", ""))).resolve()
-        if not _is_within(p, bundle) or not bundle.is_dir():
-            raise ArtifactError(f"{p}: bundle folder '{data.get('bundle')}' named in release.json is missing",
-                                "copy the whole release folder, including flash/")
-        return Release(bundle_dir=bundle, data=data, root=p,
-                       artifacts=_parse_artifacts(data.get("artifacts", []), p / RELEASE_JSON))
-    # a bundle folder, possibly inside a release
-    parent_release = p.parent.parent
-    if p.parent.name == "flash" and (parent_release / RELEASE_JSON).is_file():
-        rel = load_release(parent_release)
-        if rel.bundle_dir == p:
-            return rel
-    if not any(p.glob("rawprogram*.xml")):
-        raise ArtifactError(f"{p}: neither a release folder (no release.json) nor a flash bundle "
-                            "(no rawprogram*.xml)", "pass <out>/<release-id>/ or the unpacked qcomflash folder")
-    return _bare_release(p, p, hash_files=hash_files)
-
-
-def _bare_release(bundle: Path, origin: Path, *, hash_files: bool = True) -> Release:
-    """A Release for a bundle without release.json: facts inferred from the name, hashes computed."""
-    image, machine, board = _split_bundle_name(bundle.name)
-    if machine is None and origin.is_file():
-        image, machine, board = _split_bundle_name(origin.name)
-    artifacts = hash_bundle(bundle) if hash_files else [
-        Artifact(rel, "", (bundle / rel).stat().st_size) for rel in _bundle_files(bundle)]
-    data = {
-        "format": FORMAT, "release": None, "board": board, "machine": machine, "image": image,
-        "qairt": [], "runtimes": [], "models": [], "bundle": bundle.name,
-        "artifacts": [a.as_dict() for a in artifacts], "layers": {}, "build": None, "simulated": False,
-    }
-    return Release(bundle_dir=bundle, data=data, root=None, artifacts=artifacts)
-
 
 # -- writing -------------------------------------------------------------------------------
 
@@ -394,26 +60,24 @@ def layers_from_lock(lock_files: Iterable[Path]) -> dict[str, str]:
 
 def _model_entries(manifest: Any) -> list[dict[str, Any]]:
     """Model records for release.json: sha256/size from the manifest, else computed from the local file."""
-    from provisioner import layout
-
     out = []
     for m in manifest.models:
         sha, size = m.sha256, m.size
         if m.path is not None and m.path.exists() and (sha is None or size is None):
             if m.path.is_dir():
-                sha, size = _tree_digest(m.path)
+                sha, size = tree_digest(m.path)
             else:
                 size = m.path.stat().st_size
                 sha = sha256_file(m.path)
         info = catalog.models().get(m.reference or m.name)
-        out.append({
-            "name": m.name, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt,
-            "chat_template": m.chat_template or (info.chat_template if info else "plain"),
-            "file": m.filename if m.kind == "litertlm" else None, "sha256": sha, "size": size,
-            "version": layout.model_version_id(sha, manifest.release),
+        out.append(ReleaseModel(
+            name=m.name, kind=m.kind, runtime=m.runtime, qairt=m.qairt,
+            chat_template=m.chat_template or (info.chat_template if info else "plain"),
+            file=m.filename if m.kind == "litertlm" else None, sha256=sha, size=size,
+            version=layout.model_version_id(sha, manifest.release),
             # the verify floors travel with the release, so station and fleet never read the manifest
-            "min_decode_tok_s": manifest.min_decode_tok_s(m), "max_ttft_s": manifest.max_ttft_s(m),
-        })
+            min_decode_tok_s=manifest.min_decode_tok_s(m), max_ttft_s=manifest.max_ttft_s(m),
+        ).as_dict())
     return out
 
 
@@ -422,7 +86,7 @@ def _place_bundle(bundle: Path, flash_dir: Path) -> Path:
     flash_dir.mkdir(parents=True, exist_ok=True)
     if bundle.is_file():
         safe_extract(bundle, flash_dir)
-        return _bundle_in(flash_dir, bundle)
+        return bundle_in(flash_dir, bundle)
     if not any(bundle.glob("rawprogram*.xml")):
         raise ArtifactError(f"{bundle}: not a flash bundle (no rawprogram*.xml)",
                             "pass the unpacked <image>-<machine>/ folder or its .qcomflash.tar.gz")
@@ -482,7 +146,7 @@ def write_release(
         (staging / "logs").mkdir()
         if log_file is not None and Path(log_file).is_file():
             shutil.copy2(log_file, staging / "logs" / "build.log")
-        image, machine, _ = _split_bundle_name(bundle.name)
+        image, machine, _ = split_bundle_name(bundle.name)
         artifacts = hash_bundle(bundle)
         build: dict[str, Any] = {"host": socket.gethostname(), "started": None, "duration_s": None, "sstate": None}
         if build_info:

@@ -232,7 +232,10 @@ def parse_repo_override(text: str) -> tuple[str, dict[str, str]]:
 def render(manifest: Manifest, out_dir: Path, *, repo_overrides: dict[str, dict[str, str]] | None = None,
            extra_includes: tuple[str, ...] = (), inspect: bool = True, plan: Plan | None = None) -> RenderResult:
     """Write the kas configuration and release layer for ``manifest`` into ``out_dir`` (see module doc)."""
-    plan = plan or make_plan(manifest, extra_includes=extra_includes, inspect=inspect)
+    if plan is None:
+        from provisioner.artifacts.inspect import inspect_path  # the earlier stage's reader, handed to the plan
+
+        plan = make_plan(manifest, extra_includes=extra_includes, inspector=inspect_path if inspect else None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     out_dir = out_dir.resolve()

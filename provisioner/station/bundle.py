@@ -28,8 +28,8 @@ from typing import Any
 from xml.parsers import expat
 
 from provisioner import catalog
+from provisioner.contracts.release import Release, load_release
 from provisioner.errors import CheckFailed, StationError, UserError
-from provisioner.image.release import Release, load_release
 from provisioner.station.flashxml import (
     FlashXmlUnreadable,
     Patch,

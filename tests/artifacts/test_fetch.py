@@ -130,7 +130,8 @@ def test_qairt_zip_from_mirror_and_dl_dir_override(tmp_path, origin, cli):
     other = tmp_path / "elsewhere"
     r = cli("fetch", m, "--dl-dir", other, "--json")
     assert r.code == 0
-    assert sorted(p.name for p in other.iterdir()) == sorted([NAME, "v2.44.0.260225.zip"])
+    # the zip's sha256 is recorded beside it for the plan (no LICENSE.pdf in this zip: no md5 file)
+    assert sorted(p.name for p in other.iterdir()) == sorted([NAME, "v2.44.0.260225.zip", "v2.44.0.260225.zip.sha256"])
     assert {f["kind"] for f in r.json()["files"]} == {"model", "qairt"}
 
 

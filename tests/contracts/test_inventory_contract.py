@@ -9,7 +9,8 @@ import yaml
 
 from provisioner.contracts import inventory
 from provisioner.fleet.inventory import inventory_from_records
-from provisioner.image.release import load_release, write_release
+from provisioner.contracts.release import load_release
+from provisioner.image.release import write_release
 from provisioner.station.records import PASSED, Records, build_inventory
 from tests.image.test_release import make_bundle
 from tests.image.test_release import manifest as manifest  # noqa: F401 (fixture)

@@ -76,14 +76,17 @@ def test_signatures_do_see_real_changes(tmp_path, distro_layer):
     dbg = signatures(_render(tmp_path, "b", image={"variant": "production", "download_mode": 1,
                                                    "root_login": "disabled"}), tmp_path / "eb", distro_layer)
     assert _changed(base, dbg) == {"edge-llm-download-mode", "edge-llm-login", "edge-llm-image"}
-    # `provisioner fetch` put the QAIRT zip in DL_DIR: render reads its sha256 and LICENSE.pdf md5
+    # `provisioner fetch` put the QAIRT zip in DL_DIR and recorded its sha256 and LICENSE.pdf md5 beside it
     import hashlib
     import zipfile
+
+    from provisioner.artifacts.fetch import record_qairt_checksums
 
     (tmp_path / "dl").mkdir()
     zpath = tmp_path / "dl" / "v2.44.0.260225.zip"
     with zipfile.ZipFile(zpath, "w") as z:
         z.writestr("qairt/2.44.0.260225/LICENSE.pdf", b"%PDF-1.4 license text")
+    record_qairt_checksums(zpath, "2.44.0.260225", hashlib.sha256(zpath.read_bytes()).hexdigest())
     res = _render(tmp_path, "c", build={"dl_dir": str(tmp_path / "dl")})
     assert res.plan.qairt_checksums["2.44.0.260225"] == {
         "sha256": hashlib.sha256(zpath.read_bytes()).hexdigest(),

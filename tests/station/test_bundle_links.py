@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from provisioner.image.release import load_release
+from provisioner.contracts.release import load_release
 from provisioner.station.bundle import preflight
 
 
