@@ -442,7 +442,7 @@ class Rehearsal:
     def _write_inventory(self) -> Path:
         """The virtual fleet's inventory: per board type, the release it was flashed with (read from release.json)."""
         from provisioner.contracts import inventory
-        from provisioner.image.release import load_release
+        from provisioner.contracts.release import load_release
         from provisioner.sim import control
 
         path = control.write_inventory(self.sim_root, self.inventory)
