@@ -4,7 +4,8 @@ Each row starts ``provisioner station flash`` as a subprocess on its own sim roo
 fault, then checks what a user would: did any qdl outlive the station, is any attempt left
 ``running``, does every board qdl finished writing have an attempt that says ``passed``, what
 did the station print, and what happens on the rerun. Needs root (tmpfs mounts). Not a test:
-it prints a table. Usage: python3 bench/faults.py
+it prints a table, then bench/fleet_faults.py's table (the fleet, build inputs, caches) below it.
+Usage: python3 bench/faults.py [--bitbake DIR]   (DIR: a bitbake checkout, for the cache serve row)
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # first: bench/inspect.py would shadow the stdlib module dataclasses imports
 
 import errno  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
 
 from provisioner.image.release import write_release  # noqa: E402
 from provisioner.manifest import load_manifest  # noqa: E402
@@ -247,19 +251,71 @@ def edl_drop(rig: Rig) -> str:
     return f"exit {p.returncode}: {last_line(err)[:110]}"
 
 
+def hostile_copy(rig: Rig, edit: Callable[[Path, Path], None]) -> Path:
+    """A bare bundle copied from the rig's release and edited by ``edit(bundle, outside)``."""
+    bundle = rig.root / "hostile"
+    shutil.copytree(next((rig.release / "flash").iterdir()), bundle, symlinks=True)
+    outside = rig.root / "station-secret.bin"
+    outside.write_bytes(b"\xa5" * 4096)
+    edit(bundle, outside)
+    return bundle
+
+
+def refused_flash(rig: Rig, bundle: Path) -> str:
+    """Flash ``bundle``: the station must refuse it before any qdl writes (a logging qdl counts the starts)."""
+    calls = rig.root / "qdl-calls"
+    qdl = rig.root / "qdl-logging"
+    qdl.write_text(f"#!{sys.executable}\nimport os, sys\nif sys.argv[1:2] != ['--version']:\n"
+                   f"    open({str(calls)!r}, 'a').write(' '.join(sys.argv) + '\\n')\n"
+                   f"os.execv({rig.qdl!r}, [{rig.qdl!r}] + sys.argv[1:])\n")
+    qdl.chmod(0o755)
+    good, rig.release = rig.release, bundle
+    try:
+        p = rig.start(qdl=str(qdl), rate_kbps=0)
+        _, err = p.communicate(timeout=120)
+    finally:
+        rig.release = good                      # the rerun flashes the good release
+    started = len(calls.read_text().splitlines()) if calls.exists() else 0
+    return f"exit {p.returncode}, qdl started {started}x: {last_line(err)[:160]}"
+
+
+def hostile_bundle(rig: Rig) -> str:
+    def edit(bundle: Path, outside: Path) -> None:
+        raw = bundle / "rawprogram0.xml"
+        raw.write_text(raw.read_text().replace('filename="efi.bin"', f'filename="{outside}"', 1))
+        raw = bundle / "rawprogram1.xml"
+        raw.write_text(raw.read_text().replace('filename="', 'filename="../station-secret.bin" x="', 1))
+        (bundle / "cdt.bin").unlink()
+        (bundle / "cdt.bin").symlink_to(outside)
+    bundle = hostile_copy(rig, edit)
+    p = subprocess.run([sys.executable, "-m", "provisioner", "station", "preflight", str(bundle), "--board",
+                        "iq-8275-evk"], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    refused = [ln.strip() for ln in p.stderr.splitlines() if "refused:" in ln or "outside the bundle" in ln]
+    return f"preflight exit {p.returncode}: {' / '.join(refused)[:200]}; flash: {refused_flash(rig, bundle)}"
+
+
+def odd_digits(rig: Rig) -> str:
+    def edit(bundle: Path, _outside: Path) -> None:
+        raw = bundle / "rawprogram0.xml"
+        raw.write_text(raw.read_text().replace('num_partition_sectors="4096"', 'num_partition_sectors="\u00b2"', 1))
+    return "'\u00b2': " + refused_flash(rig, hostile_copy(rig, edit))
+
+
 ROWS: list[tuple[str, Callable[[Rig], str], bool]] = [
-    ("kill -9 mid-flash", kill_9, False),
-    ("kill -9, qdl without pdeathsig", kill_9_qdl_escapes, False),
-    ("SIGTERM mid-flash", sigterm, False),
-    ("Ctrl-C mid-flash", ctrl_c, False),
-    ("records disk full before start", full_before_start, True),
-    ("records+log disk fills mid-flash", full_mid_flash, True),
-    ("records disk full, no reserve left", full_db_no_reserve, True),
-    ("USB drop on one board", edl_drop, False),
+    ("1 hostile bundle: absolute, '..', link out", hostile_bundle, False),
+    ("9 '\u00b2' in a rawprogram number", odd_digits, False),
+    ("2 kill -9 mid-flash", kill_9, False),
+    ("2 kill -9, qdl without pdeathsig", kill_9_qdl_escapes, False),
+    ("2 SIGTERM mid-flash", sigterm, False),
+    ("2 Ctrl-C mid-flash", ctrl_c, False),
+    ("3 records disk full before start", full_before_start, True),
+    ("3 records+log disk fills mid-flash", full_mid_flash, True),
+    ("3 records disk full, no reserve left", full_db_no_reserve, True),
+    ("2 USB drop on one board", edl_drop, False),
 ]
 
 
-def main() -> int:
+def main(bitbake: Path | None = None) -> int:
     if os.geteuid() != 0:
         print("bench/faults.py needs root (tmpfs mounts)", file=sys.stderr)
         return 2
@@ -298,13 +354,28 @@ def main() -> int:
         for m in mounts:
             subprocess.run(["umount", "-l", str(m)], check=False)
         subprocess.run(["rm", "-rf", str(work)], check=False)
-    print(f"fault matrix ($W = {work}, removed)")
+    print(f"station fault matrix ($W = {work}, removed)")
     print("fault | what was lost | verdict reported | recovery on rerun")
     print("--- | --- | --- | ---")
     for row in table:
+        print(" | ".join(row), flush=True)
+    fleet = _fleet_faults().main(bitbake)
+    print("\nfleet and build-input fault matrix ($W = a temporary folder, removed)")
+    print("fault | what was lost | verdict reported | recovery on rerun")
+    print("--- | --- | --- | ---")
+    for row in fleet:
         print(" | ".join(row))
-    return 0 if all(r[1].startswith("nothing") for r in table) else 1
+    return 0 if all(r[1].startswith("nothing") for r in table + fleet) else 1
+
+
+def _fleet_faults() -> Any:
+    """bench/fleet_faults.py (bench/ is no package, and its folder must stay off sys.path: see above)."""
+    spec = importlib.util.spec_from_file_location("fleet_faults", Path(__file__).with_name("fleet_faults.py"))
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(Path(sys.argv[sys.argv.index("--bitbake") + 1]) if "--bitbake" in sys.argv else None))
