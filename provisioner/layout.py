@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.catalog import Board
+from provisioner.contracts import pins
 
 QAIRT_ROOT = "/opt/qairt"                   # /opt/qairt/<build>/ (never /usr/lib: meta-qcom's 2.47 lives there)
 LITERT_ROOT = "/opt/litert-lm"              # /opt/litert-lm/<rev>/{bin,lib}
-LITERT_REV = "cbf463d97fa3"                 # LiteRT-LM commit the runtime is built from (QAIRT 2.44.0.260225)
-LITERT_QAIRT = "2.44.0.260225"
+LITERT_REV = pins.LITERT_LM_REV             # /opt/litert-lm/<rev>: the pinned LiteRT-LM commit
+LITERT_QAIRT = pins.LITERT_LM_QAIRT         # the QAIRT build that runtime is compiled against
 MODELS_ROOT = "/opt/edge-llm/models"        # /opt/edge-llm/models/<name>/<version>/ + current -> <version>
 ETC_DIR = "/etc/edge-llm"                   # release.json, serve/<model>.json
 RELEASE_JSON = "/etc/edge-llm/release.json"

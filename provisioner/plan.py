@@ -23,6 +23,8 @@ from typing import Any
 
 from provisioner import catalog, layout, shipped
 from provisioner.artifacts.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, read_sidecar
+from provisioner.contracts import pins
+from provisioner.contracts.pins import litert_tarball, model_recipe, qairt_recipe
 from provisioner.errors import RenderError
 from provisioner.manifest import Manifest, Model
 
@@ -51,21 +53,8 @@ def modelcheck() -> ModuleType:
     return module
 
 
-def qairt_recipe(version: str) -> str:
-    return f"qairt-runtime-{version}"
-
-
 def qairt_recipe_file(version: str, layer: Path = LAYER_DIR) -> Path:
     return layer / "recipes-ai" / "qairt" / f"{qairt_recipe(version)}.bb"
-
-
-def model_recipe(name: str) -> str:
-    return f"edge-llm-model-{name}"
-
-
-def litert_tarball(rev: str = layout.LITERT_REV, qairt: str = layout.LITERT_QAIRT) -> str:
-    """File name of the prebuilt runtime `provisioner litert build` produces (and the layer fetches)."""
-    return f"litert-lm-runtime-{rev}-qairt{qairt}-aarch64.tar.gz"
 
 
 @dataclass(frozen=True)
@@ -183,13 +172,13 @@ def image_facts(board: catalog.Board, qairt: tuple[str, ...]):
                                    soc_model=board.qnn_soc_model, hexagon_arch=board.hexagon_arch)
 
 
-def _model_plan(m: Model, board: catalog.Board, qairt: tuple[str, ...], *,
+def _model_plan(m: Model, board: catalog.Board, qairt: tuple[str, ...], *, inspect: bool,
                 inspector: Inspector | None) -> ModelPlan:
     mc = modelcheck()
     facts = mc.ModelFacts(name=m.name, kind=m.kind, qairt=m.qairt)
     facts_from = "manifest"
     size = m.size
-    if m.path is not None and m.path.exists():
+    if m.path is not None and m.path.exists() and inspect:
         found = inspector(m.path, board) if inspector is not None else None
         if found is not None:
             builds = [catalog.normalize_qairt(b) for b in found.qairt_builds]
@@ -256,13 +245,14 @@ def _qairt_checksums(version: str, dl_dir: Path | None) -> dict[str, str | None]
     return {"sha256": sha, "license_md5": md5, "zip": zip_name}
 
 
-def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspector: Inspector | None = None,
-              layer: Path = LAYER_DIR) -> Plan:
+def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspect: bool = True,
+              inspector: Inspector | None = None, layer: Path = LAYER_DIR) -> Plan:
     """Decide everything for ``manifest``; raise RenderError for anything the build would refuse.
 
     ``inspector`` reads a local model file's facts (the image stage hands in the artifacts stage's
     ``inspect_path``, so the plan never imports a later stage); without it a Genie folder is read
-    with the layer's own rule and a file's declared manifest values are used.
+    with the layer's own rule and a file's declared manifest values are used. ``inspect=False`` reads
+    no model file at all (declared values only; the build's own check still runs).
     """
     rel = catalog.release(manifest.qli)
     board = manifest.board
@@ -289,18 +279,18 @@ def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspe
     warnings = [str(w) for w in manifest.warnings]
     dl_dir = manifest.build.dl_dir
     if "litert_lm" in runtimes:
-        if layout.LITERT_QAIRT not in qairt:
-            raise RenderError(f"LiteRT-LM {layout.LITERT_REV} is built against QAIRT {layout.LITERT_QAIRT}, "
+        if pins.LITERT_LM_QAIRT not in qairt:
+            raise RenderError(f"LiteRT-LM {pins.LITERT_LM_REV} is built against QAIRT {pins.LITERT_LM_QAIRT}, "
                               f"which the manifest does not pin ({', '.join(qairt)})",
-                              f"add {layout.LITERT_QAIRT} to qairt, or rebuild the runtime for your build")
+                              f"add {pins.LITERT_LM_QAIRT} to qairt, or rebuild the runtime for your build")
         tarball = litert_tarball()
         sha = read_sidecar(dl_dir / tarball, SHA256_SUFFIX) if dl_dir else None   # `litert build` wrote it
-        litert = {"rev": layout.LITERT_REV, "qairt": layout.LITERT_QAIRT, "tarball": tarball, "sha256": sha}
-        runtime_recipes.append("litert-lm-runtime")
+        litert = {"rev": pins.LITERT_LM_REV, "qairt": pins.LITERT_LM_QAIRT, "tarball": tarball, "sha256": sha}
+        runtime_recipes.append(pins.LITERT_LM_RECIPE)
     if "genie" in runtimes:
         runtime_recipes += [f"{qairt_recipe(v)}-genie" for v in qairt]
 
-    models = tuple(_model_plan(m, board, qairt, inspector=inspector) for m in manifest.models)
+    models = tuple(_model_plan(m, board, qairt, inspect=inspect, inspector=inspector) for m in manifest.models)
     checksums = {v: _qairt_checksums(v, dl_dir) for v in qairt}
     for v, c in checksums.items():
         if not (c["sha256"] and c["license_md5"]):

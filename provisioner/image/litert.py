@@ -37,13 +37,14 @@ from typing import Any
 
 from provisioner import context, layout, shipped
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts import pins
 from provisioner.errors import BuildError
 from provisioner.steps import Step, StepEvent, StepRunner
 from provisioner.ui import Reporter
 
-UPSTREAM = "https://github.com/google-ai-edge/LiteRT-LM.git"
-PINNED_COMMIT = "cbf463d97fa3c7e8ef927b0593bf890d6d344c9a"
-QAIRT = layout.LITERT_QAIRT
+UPSTREAM = pins.LITERT_LM_UPSTREAM
+PINNED_COMMIT = pins.LITERT_LM_COMMIT
+QAIRT = pins.LITERT_LM_QAIRT
 TARGET_MAIN = "//runtime/engine:litert_lm_main"
 TARGET_DISPATCH = "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so"
 # LiteRT-LM's C API as a shared library (c/BUILD cc_binary "litert-lm", linkshared; the Python
@@ -66,8 +67,8 @@ OUTPUTS = {
 
 
 def tarball_name(rev: str = PINNED_COMMIT, qairt: str = QAIRT) -> str:
-    """The file name the layer recipe references (LITERT_LM_TARBALL)."""
-    return f"litert-lm-runtime-{rev[:12]}-qairt{qairt}-aarch64.tar.gz"
+    """The file name the layer recipe references (LITERT_LM_TARBALL; one rule: contracts.pins)."""
+    return pins.litert_tarball(rev, qairt)
 
 
 @dataclass

@@ -32,6 +32,7 @@ import jinja2
 import yaml
 
 from provisioner import context, shipped, tools
+from provisioner.contracts import pins
 from provisioner.errors import RenderError
 from provisioner.manifest import Manifest
 from provisioner.plan import (
@@ -157,8 +158,11 @@ def local_conf_snippets(plan: Plan) -> dict[str, str]:
             lines.append(f"QAIRT_SHA256:pn-qairt-runtime-{v} = {_q(str(c['sha256']))}")
         if c.get("license_md5"):
             lines.append(f"QAIRT_LICENSE_MD5:pn-qairt-runtime-{v} = {_q(str(c['license_md5']))}")
-    if plan.litert and plan.litert.get("sha256"):
-        lines.append(f"LITERT_LM_RUNTIME_SHA256 = {_q(str(plan.litert['sha256']))}")
+    if plan.litert:
+        # the LiteRT-LM pins from contracts.pins: litert-lm-runtime.bb reads them, it does not restate them
+        lines += [f"{k} = {_q(v)}" for k, v in pins.layer_variables().items()]
+        if plan.litert.get("sha256"):
+            lines.append(f"LITERT_LM_RUNTIME_SHA256 = {_q(str(plan.litert['sha256']))}")
     s["edge-llm"] = "\n".join(lines) + "\n"
     rel = [
         "# edge-llm: per-release data, read only by edge-llm-image (a model change rebuilds the model and the image)",
@@ -235,7 +239,7 @@ def render(manifest: Manifest, out_dir: Path, *, repo_overrides: dict[str, dict[
     if plan is None:
         from provisioner.artifacts.inspect import inspect_path  # the earlier stage's reader, handed to the plan
 
-        plan = make_plan(manifest, extra_includes=extra_includes, inspector=inspect_path if inspect else None)
+        plan = make_plan(manifest, extra_includes=extra_includes, inspect=inspect, inspector=inspect_path)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     out_dir = out_dir.resolve()

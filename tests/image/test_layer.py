@@ -145,6 +145,22 @@ def test_paths_agree_with_the_layout_contract(tmp_path, distro_layer):
     assert lt.getVar("RDEPENDS:litert-lm-runtime") == "qairt-runtime-2.44.0.260225"
 
 
+def test_litert_recipe_defaults_are_the_provisioners_pins(tmp_path, distro_layer):
+    """The recipe's weak defaults (a layer used without render) equal contracts.pins, and a rendered
+    build gets the pins from render's edge-llm entry, which the recipe reads instead of restating."""
+    from provisioner.contracts import pins
+
+    env = _env(tmp_path, distro_layer)
+    lt = bbparse.parse_recipe(LAYER / "recipes-ai/litert-lm/litert-lm-runtime.bb", env)
+    assert {k: lt.getVar(k) for k in pins.layer_variables()} == pins.layer_variables()
+    assert lt.getVar("RDEPENDS:litert-lm-runtime") == pins.qairt_recipe(pins.LITERT_LM_QAIRT)
+    m = load_manifest(write_manifest(tmp_path / "m.yaml", runtimes=("litert_lm",)))
+    render(m, tmp_path / "out")
+    conf = yaml.safe_load((tmp_path / "out" / "edge-llm.yml").read_text())["local_conf_header"]["edge-llm"]
+    for k, v in pins.layer_variables().items():
+        assert f'{k} = "{v}"' in conf.splitlines()
+
+
 def _run(d, func: str) -> None:
     import bb.build
 

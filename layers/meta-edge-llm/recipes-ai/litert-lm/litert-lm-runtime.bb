@@ -9,11 +9,14 @@ SECTION = "libs"
 LICENSE = "Apache-2.0"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10"
 
+# The pins come from `provisioner render` (the edge-llm local.conf entry writes LITERT_LM_REV,
+# LITERT_LM_QAIRT and LITERT_LM_TARBALL from the provisioner's one list of pins). These weak
+# defaults only serve a layer used without render; a test holds them equal to the provisioner's.
 LITERT_LM_REV ??= "cbf463d97fa3"
 # The runtime is compiled against exactly this QAIRT build (LiteRT's third_party/qairt pin).
 LITERT_LM_QAIRT ??= "2.44.0.260225"
 LITERT_LM_ROOT ??= "/opt/litert-lm"
-LITERT_LM_TARBALL = "litert-lm-runtime-${LITERT_LM_REV}-qairt${LITERT_LM_QAIRT}-aarch64.tar.gz"
+LITERT_LM_TARBALL ??= "litert-lm-runtime-${LITERT_LM_REV}-qairt${LITERT_LM_QAIRT}-aarch64.tar.gz"
 # The tarball is normally already in DL_DIR (`provisioner litert build` puts it there); set this
 # to your artifact server to fetch it from there instead. The host part is a placeholder on purpose.
 LITERT_LM_RUNTIME_BASE_URI ??= "https://artifacts.edge-llm.invalid/litert-lm"
