@@ -61,6 +61,7 @@ def _run(action: str, inventory: Path, limit: str | None, report: Path | None, e
          as_json: bool, dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None,
          extra_vars: dict[str, Any] | None = None) -> None:
     from provisioner.fleet.api import run_fleet
+    from provisioner.fleet.report import COLUMNS
 
     rep = Reporter(quiet=as_json)
     rep.step(f"fleet {action}: {inventory}" + (f" (limit {limit})" if limit else "") + (" --check" if dry_run else ""))
@@ -70,8 +71,7 @@ def _run(action: str, inventory: Path, limit: str | None, report: Path | None, e
         print_json(result.as_dict())
     else:
         stdout.print(table(f"fleet {action} ({result.duration_s:.1f} s)",
-                           ["board", "type", "release", "QAIRT", "decode tok/s", "expected", "TTFT s", "verdict",
-                            "reason"],
+                           list(COLUMNS),
                            [r.cells() for r in result.rows]))
         unreachable = [r.board for r in result.rows if r.verdict == "unreachable"]
         if unreachable:

@@ -17,7 +17,8 @@ from typing import Any
 from provisioner.fleet.inventory import Host, atomic_write
 from provisioner.fleet.runner import FleetRun, HostOutcome
 
-COLUMNS = ("board", "type", "release", "qairt", "decode tok/s", "expected", "ttft s", "verdict", "reason")
+COLUMNS = ("board", "type", "release", "QAIRT", "decode tok/s", "expected", "TTFT s", "API TTFT s / tok/s",
+           "endpoint", "verdict", "reason")
 
 
 @dataclass
@@ -37,13 +38,27 @@ class BoardRow:
     checks: list[dict[str, Any]] = field(default_factory=list)
     models: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    endpoints: dict[str, str] = field(default_factory=dict)   # model -> base URL of its OpenAI API (launch)
+    api: dict[str, Any] = field(default_factory=dict)         # model -> streamed TTFT/decode medians (benchmark)
 
     def cells(self) -> list[str]:
         dec = f"{self.decode_tok_s:.1f}" if self.decode_tok_s is not None else "-"
         exp = f">= {self.expected_decode_tok_s:g}" if self.expected_decode_tok_s is not None else "-"
         ttft = f"{self.ttft_s:.3f}" if self.ttft_s is not None else "-"
         return [self.board, self.type or "?", self.release or "-", ",".join(self.qairt) or "-", dec, exp, ttft,
-                self.verdict, self.reason]
+                self.api_cell(), " ".join(self.endpoints.values()) or "-", self.verdict, self.reason]
+
+    def api_figures(self) -> tuple[float | None, float | None]:
+        """The slowest model's streamed TTFT and decode tok/s through the API, as a client sees them."""
+        ttfts = [a["median_ttft_s"] for a in self.api.values() if a.get("median_ttft_s") is not None]
+        decs = [a["median_decode_tok_s"] for a in self.api.values() if a.get("median_decode_tok_s") is not None]
+        return (max(ttfts) if ttfts else None, min(decs) if decs else None)
+
+    def api_cell(self) -> str:
+        ttft, dec = self.api_figures()
+        if ttft is None and dec is None:
+            return "-"
+        return (f"{ttft:.3f}" if ttft is not None else "-") + " / " + (f"{dec:.1f}" if dec is not None else "-")
 
 
 @dataclass
@@ -81,12 +96,14 @@ class FleetReport:
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(["board", "type", "address", "release", "qairt", "decode_tok_s", "expected_decode_tok_s",
-                    "ttft_s", "verdict", "reason", "changed", "bytes_downloaded"])
+                    "ttft_s", "api_ttft_s", "api_decode_tok_s", "endpoints", "verdict", "reason", "changed",
+                    "bytes_downloaded"])
         for r in self.rows:
             w.writerow([r.board, r.type or "", r.address or "", r.release or "", " ".join(r.qairt),
                         "" if r.decode_tok_s is None else r.decode_tok_s,
                         "" if r.expected_decode_tok_s is None else r.expected_decode_tok_s,
-                        "" if r.ttft_s is None else r.ttft_s, r.verdict, r.reason, r.changed, r.bytes_downloaded])
+                        "" if r.ttft_s is None else r.ttft_s, *("" if v is None else v for v in r.api_figures()),
+                        " ".join(r.endpoints.values()), r.verdict, r.reason, r.changed, r.bytes_downloaded])
         return buf.getvalue()
 
     def write(self, path: Path) -> Path:
@@ -139,6 +156,13 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
             row.decode_tok_s = min(meds)
         if ttfts:
             row.ttft_s = max(ttfts)
+    launch = outcome.payload("launch")
+    if launch:
+        row.endpoints = {str(m): str(u) for m, u in (launch.get("endpoints") or {}).items()}
+    api = outcome.payload("api_benchmark")
+    if api:
+        row.api = dict(api.get("api") or {})
+        row.endpoints = row.endpoints or {m: str(a["endpoint"]) for m, a in row.api.items() if a.get("endpoint")}
     deploys = [p for p in outcome.payloads if p.get("kind") in ("deploy", "rollback", "launch")]
     if deploys:
         row.details["steps"] = deploys

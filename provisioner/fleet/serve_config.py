@@ -14,11 +14,24 @@ from provisioner.contracts.inventory import ModelVars
 from provisioner.fleet.onboard import serve
 
 SMOKE_TIMEOUT_S = 300
+TOKEN_FILE = f"{layout.ETC_DIR}/serve/api-token"     # the board's bearer token (service user, 0600)
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# Connection limits the fleet writes into every config (edge-llm-serve's own defaults, made explicit
+# so a board's config says what it enforces): open sockets, requests answered at once, seconds a
+# request head and each body read may take.
+LIMITS = {"max_connections": 2048, "max_handlers": 64, "idle_timeout_s": 10, "read_timeout_s": 10}
 
 
 def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind: str = "127.0.0.1",
-                 model_dir: str | None = None, port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
-    """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port)."""
+                 model_dir: str | None = None, port_base: int = layout.SERVE_BASE_PORT,
+                 token_file: str | None = TOKEN_FILE) -> dict[str, Any]:
+    """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port, token file).
+
+    ``token_file`` None means no bearer token; then only a loopback bind is allowed (the service
+    would refuse to start on a LAN address without one, so the config is refused here first).
+    """
+    if token_file is None and bind not in LOOPBACK:
+        raise ValueError(f"bind {bind} is not loopback and there is no token file: a LAN bind needs a bearer token")
     env = layout.run_env(board, model.runtime, model.qairt)
     if model.runtime == "litert_lm":
         exe = f"{layout.litert_dir()}/bin/litert_lm_main"
@@ -33,7 +46,10 @@ def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind
         "bind": bind,
         "port": model.port or int(port_base) + index,
         "env": env.as_env(),
+        **LIMITS,
     }
+    if token_file:
+        cfg["token_file"] = token_file
     if model.runtime == "litert_lm":
         cfg["model_file"] = model.file or f"{model.name}.litertlm"
     else:

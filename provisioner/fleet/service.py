@@ -14,7 +14,7 @@ from typing import Any
 from provisioner import layout
 from provisioner.contracts.inventory import HostVars
 from provisioner.fleet.onboard import SERVE_SCRIPT
-from provisioner.fleet.serve_config import serve_config
+from provisioner.fleet.serve_config import TOKEN_FILE, serve_config
 
 SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
 DROPIN_NAME = "50-edge-llm-model.conf"
@@ -58,14 +58,15 @@ def dropin_text(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.SERVE_BASE_PORT) -> dict[str, Any]:
-    """Everything launch.yml writes for a board: script source, unit, and per model config + drop-in."""
+def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.SERVE_BASE_PORT,
+          token_file: str | None = TOKEN_FILE) -> dict[str, Any]:
+    """Everything launch.yml writes for a board: script source, unit, token path, per model config + drop-in."""
     instances = []
     for i, m in enumerate(expect.models):
-        cfg = serve_config(expect.board, m, index=i, bind=bind, port_base=port_base)
+        cfg = serve_config(expect.board, m, index=i, bind=bind, port_base=port_base, token_file=token_file)
         unit = instance_unit(m.name)
         instances.append({
-            "model": m.name, "unit": unit, "port": cfg["port"],
+            "model": m.name, "unit": unit, "port": cfg["port"], "bind": bind,
             "config_path": f"{SERVE_CONFIG_DIR}/{m.name}.json", "config": cfg,
             "dropin_dir": f"{layout.SERVE_UNIT_DIR}/{unit}.d",
             "dropin_path": f"{layout.SERVE_UNIT_DIR}/{unit}.d/{DROPIN_NAME}",
@@ -74,4 +75,4 @@ def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.
         })
     return {"script_src": str(SERVE_SCRIPT), "script_dest": layout.SERVE_BIN,
             "unit_path": f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", "unit_text": unit_text(expect.serve_user),
-            "config_dir": SERVE_CONFIG_DIR, "instances": instances}
+            "config_dir": SERVE_CONFIG_DIR, "token_file": token_file, "instances": instances}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import stat
 import subprocess
 
 import pytest
@@ -30,19 +31,25 @@ def launched(tmp_path_factory):
                            vars={"edge_llm_serve_port_base": blocker.getsockname()[1]}))
     fleet = build_fleet(base / "sim", specs, cache=base / "cache", base_index=300)
     try:
-        first = run_fleet("launch", fleet.inventory, extra_args=["edge_llm_serve_health_retries=3",
-                                                                  "edge_llm_serve_health_delay=1",
-                                                                  "edge_llm_serve_health_timeout=2"])
+        first = run_fleet("launch", fleet.inventory, log_path=base / "launch.log",
+                          extra_args=["edge_llm_serve_health_retries=3", "edge_llm_serve_health_delay=1",
+                                      "edge_llm_serve_health_timeout=2"])
         yield fleet, ports, first
     finally:
         fleet.stop()
         blocker.close()
 
 
-def _req(port, method, path, body=None, headers=None):
+def _token(fleet, board):
+    """The board's token where launch put it on the controller (beside the inventory)."""
+    return (fleet.inventory.parent / ".edge-llm-tokens" / board).read_text().strip()
+
+
+def _req(port, method, path, body=None, headers=None, token=None):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
-        conn.request(method, path, body=body, headers=headers or {})
+        conn.request(method, path, body=body,
+                     headers={**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})})
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read() or b"{}")
     finally:
@@ -59,12 +66,12 @@ def test_launch_reports_healthy_boards_and_the_one_whose_service_cannot_start(la
 
 @pytest.mark.parametrize("board", ["srv-8275", "srv-9075"])
 def test_completion_through_the_service(launched, board):
-    _fleet, ports, _ = launched
+    fleet, ports, _ = launched
     status, health = _req(ports[board], "GET", "/health")
     assert status == 200 and health["status"] == "ok"
     status, out = _req(ports[board], "POST", "/v1/completions",
                        json.dumps({"prompt": "Explain gravity in one short English sentence.", "max_tokens": 64}),
-                       {"Content-Type": "application/json"})
+                       {"Content-Type": "application/json"}, token=_token(fleet, board))
     assert status == 200, out
     text = out["choices"][0]["text"]
     assert serve.coherence(text)[0] and "gravity" in text.lower()
@@ -72,17 +79,61 @@ def test_completion_through_the_service(launched, board):
     assert out["timing"]["decode_tok_s"] > 0 and out["timing"]["ttft_s"] > 0
 
 
+def test_launch_gives_each_board_a_private_token_and_refuses_requests_without_it(launched):
+    fleet, ports, first = launched
+    tokens = {b: _token(fleet, b) for b in ports}
+    assert len(set(tokens.values())) == 2 and all(len(t) >= 32 for t in tokens.values())
+    for board, port in ports.items():
+        status, out = _req(port, "POST", "/v1/completions", json.dumps({"prompt": "hi"}))
+        assert status == 401 and out["error"]["message"], out
+        assert _req(port, "GET", "/v1/models", token="x" * 43)[0] == 401
+        assert _req(port, "GET", "/v1/models", token=tokens[board])[0] == 200
+        ctl = fleet.inventory.parent / ".edge-llm-tokens" / board
+        assert stat.S_IMODE(ctl.stat().st_mode) == 0o600
+        assert stat.S_IMODE(ctl.parent.stat().st_mode) == 0o700
+        on_board = fleet.rootfs(board) / "etc/edge-llm/serve/api-token"
+        st = on_board.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o600 and on_board.read_text().strip() == tokens[board]
+        assert st.st_uid == _board_uid(fleet, board, "llm") != 0
+        config = json.loads(next((fleet.rootfs(board) / "etc/edge-llm/serve").glob("*.json")).read_text())
+        assert config["token_file"] == "/etc/edge-llm/serve/api-token" and config["bind"] == "127.0.0.1"
+        assert config["max_connections"] > 0 and config["idle_timeout_s"] > 0
+    # never in ansible's output (the log of the run) or the report
+    log = (fleet.root.parent / "launch.log").read_text()
+    report = json.dumps(first.as_dict())
+    for t in tokens.values():
+        assert t not in log and t not in report
+    assert "(output hidden: no_log)" in log or "censored" in log
+
+
+def _board_uid(fleet, board, user):
+    for line in (fleet.rootfs(board) / "etc/passwd").read_text().splitlines():
+        f = line.split(":")
+        if f[0] == user:
+            return int(f[2])
+    raise AssertionError(f"{user} not in the board's passwd")
+
+
+def test_launch_reports_each_boards_endpoint(launched):
+    _fleet, ports, first = launched
+    assert first.row("srv-8275").endpoints == {"gemma-4-e2b": f"http://127.0.0.1:{ports['srv-8275']}/v1"}
+    assert first.row("srv-9075").endpoints == {"nemotron-nano-8b": f"http://127.0.0.1:{ports['srv-9075']}/v1"}
+    assert f"http://127.0.0.1:{ports['srv-8275']}/v1" in first.row("srv-8275").cells()
+    assert first.row("busy-8275").endpoints == {}
+
+
 def test_service_rejects_bad_requests_and_never_runs_a_shell(launched, tmp_path):
-    _fleet, ports, _ = launched
+    fleet, ports, _ = launched
     port = ports["srv-8275"]
-    assert _req(port, "POST", "/v1/completions", b"{not json", {"Content-Type": "application/json"})[0] == 400
-    assert _req(port, "POST", "/v1/completions", json.dumps({"prompt": 3}))[0] == 400
+    tok = _token(fleet, "srv-8275")
+    assert _req(port, "POST", "/v1/completions", b"{not json", {"Content-Type": "application/json"}, tok)[0] == 400
+    assert _req(port, "POST", "/v1/completions", json.dumps({"prompt": 3}), token=tok)[0] == 400
     big = json.dumps({"prompt": "x" * 70000}).encode()
-    assert _req(port, "POST", "/v1/completions", big)[0] == 413
-    assert _req(port, "GET", "/v1/nothing")[0] == 404
+    assert _req(port, "POST", "/v1/completions", big, token=tok)[0] == 413
+    assert _req(port, "GET", "/v1/nothing", token=tok)[0] == 404
     marker = tmp_path / "pwned"
     evil = f"$(touch {marker}); `touch {marker}` | touch {marker} && echo hi"
-    status, out = _req(port, "POST", "/v1/completions", json.dumps({"prompt": evil}))
+    status, out = _req(port, "POST", "/v1/completions", json.dumps({"prompt": evil}), token=tok)
     assert status == 200 and not marker.exists()
 
 
@@ -101,9 +152,11 @@ def test_unit_has_memlock_fastrpc_group_and_the_models_qairt(launched):
 
 def test_second_launch_changes_nothing(launched):
     fleet, _, _ = launched
+    before = {b: _token(fleet, b) for b in ("srv-8275", "srv-9075")}
     again = run_fleet("launch", fleet.inventory, limit="srv-8275:srv-9075")
     assert all(r.verdict == "pass" and r.changed == 0 for r in again.rows), \
         [(r.board, r.changed, r.reason) for r in again.rows]
+    assert {b: _token(fleet, b) for b in before} == before          # the rerun kept each board's token
 
 
 def test_benchmark_collects_medians_per_board(launched, tmp_path):
@@ -122,3 +175,10 @@ def test_benchmark_collects_medians_per_board(launched, tmp_path):
         assert row.decode_tok_s == bench["median_decode_tok_s"] >= bench["min_decode_tok_s"]
         saved = json.loads((out_dir / f"{name}.json").read_text())      # collected on the controller
         assert saved["benchmark"][model]["median_decode_tok_s"] == bench["median_decode_tok_s"]
+        api = row.api[model]                                           # streamed through edge-llm-serve
+        assert api["n"] == 3 and api["failed"] == 0 and len(api["runs"]) == 3
+        assert all(r["ttft_s"] > 0 and r["tokens"] > 1 for r in api["runs"])
+        assert api["median_ttft_s"] == sorted(r["ttft_s"] for r in api["runs"])[1]
+        assert api["median_decode_tok_s"] > 0 and saved["api"][model]["median_ttft_s"] == api["median_ttft_s"]
+        ttft, dec = row.api_figures()
+        assert row.cells()[7] == f"{ttft:.3f} / {dec:.1f}"

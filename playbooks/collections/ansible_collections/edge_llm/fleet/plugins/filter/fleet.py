@@ -48,7 +48,10 @@ def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
         expect = inventory.HostVars.from_vars(dict(expect_vars))
     except Exception as exc:
         raise AnsibleFilterError(f"serve_units: {exc}") from exc
-    return service.units(expect, bind=bind, port_base=int(port_base))
+    try:
+        return service.units(expect, bind=bind, port_base=int(port_base))
+    except ValueError as exc:     # a LAN bind without a token
+        raise AnsibleFilterError(f"serve_units: {exc}") from exc
 
 
 class FilterModule:
