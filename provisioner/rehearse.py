@@ -497,13 +497,20 @@ class Rehearsal:
         return {name: hv for g in inv["all"]["children"].values() for name, hv in g["hosts"].items()}
 
     def step_completion(self) -> str:
+        from provisioner.fleet.serve_config import controller_token
+
         hosts = self._inventory_hosts()
         bad = []
         for name in self._healthy_hosts():
             hv = hosts[name]
             url = f"http://{hv['ansible_host']}:{hv['edge_llm_serve_port_base']}/v1/completions"
+            token = controller_token(self.inventory, name)      # where fleet launch put it; never printed
+            if token is None:
+                bad.append(f"{name}: no API token from fleet launch beside {self.inventory}")
+                continue
             try:
-                resp = requests.post(url, json={"prompt": self.o.prompt, "max_tokens": 32}, timeout=60)
+                resp = requests.post(url, json={"prompt": self.o.prompt, "max_tokens": 32}, timeout=60,
+                                     headers={"Authorization": f"Bearer {token}"})
                 body = resp.json()
             except (requests.RequestException, ValueError) as exc:
                 bad.append(f"{name}: {exc}")

@@ -7,6 +7,7 @@ benchmark, so all three run the runtime with the same executable, environment an
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from provisioner import catalog, layout
@@ -16,10 +17,21 @@ from provisioner.fleet.onboard import serve
 SMOKE_TIMEOUT_S = 300
 TOKEN_FILE = f"{layout.ETC_DIR}/serve/api-token"     # the board's bearer token (service user, 0600)
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# The controller's copy of each board's token: <inventory dir>/.edge-llm-tokens/<host>, 0600 in a 0700
+# dir (the launch role's edge_llm_serve_token_dir default says the same; ansible.builtin.password writes it).
+TOKEN_DIR_NAME = ".edge-llm-tokens"
 # Connection limits the fleet writes into every config (edge-llm-serve's own defaults, made explicit
 # so a board's config says what it enforces): open sockets, requests answered at once, seconds a
 # request head and each body read may take.
 LIMITS = {"max_connections": 2048, "max_handlers": 64, "idle_timeout_s": 10, "read_timeout_s": 10}
+
+
+def controller_token(inventory: Path, host: str) -> str | None:
+    """The bearer token ``fleet launch`` generated for ``host`` (None before the first launch)."""
+    try:
+        return (Path(inventory).parent / TOKEN_DIR_NAME / host).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind: str = "127.0.0.1",
