@@ -38,12 +38,9 @@ SIM_USERS = {"rehearse", "cli.sim"}
 
 # (importing module, imported module) -> why it is still there
 KNOWN: dict[tuple[str, str], str] = {
-    ("sim.runtime", "artifacts.inspect"): "the virtual runtime reads a .litertlm header with the product's "
-                                          "inspector instead of its own reader",
-    ("sim.bundle", "fleet.service"): "a virtual image ships the serve unit the fleet writes (the unit is what the "
-                                     "rehearsal tests, so the sim must not write its own)",
-    ("sim.control", "manifest"): "`sim up --manifest` reads a manifest for the boards' release; it should read "
-                                 "the release contract",
+    ("sim.control", "manifest"): "`sim up --manifest` stands in for `provisioner build`: it reads the user's "
+                                 "manifest the way the build does (load_manifest is the user-facing reader, "
+                                 "not a parser of something the simulator imitates) to make the synthetic image",
 }
 
 

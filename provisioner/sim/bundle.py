@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import catalog, layout
+from provisioner import catalog, layout, shipped
 from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import SimError
 
@@ -161,10 +161,15 @@ def _runtime_script(name: str) -> str:
 
 
 def _serve_files(user: str) -> tuple[str, str]:
-    """(unit text, program text) of edge-llm-serve: the product's own, as the image would install them."""
-    from provisioner.fleet.service import SERVE_SCRIPT, unit_text
+    """(unit text, program text) of edge-llm-serve as the layer's recipe installs them.
 
-    return unit_text(user), SERVE_SCRIPT.read_text(encoding="utf-8")
+    Read from the layer's ``recipes-ai/edge-llm-serve/files`` (what bitbake packages), with the one
+    substitution its do_install makes (``@EDGE_LLM_INFERENCE_USER@`` -> the inference user): the
+    virtual image ships the image's unit, not the fleet's writer of it.
+    """
+    files = shipped.layer_dir() / "recipes-ai" / "edge-llm-serve" / "files"
+    unit = (files / "edge-llm-serve@.service").read_text(encoding="utf-8")
+    return unit.replace("@EDGE_LLM_INFERENCE_USER@", user), (files / "edge-llm-serve").read_text(encoding="utf-8")
 
 
 def _stub_lib(name: str, qairt: str) -> bytes:

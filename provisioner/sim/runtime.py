@@ -287,21 +287,6 @@ def _scan_build(path: Path, window: int = 1 << 20) -> str | None:
     return None
 
 
-def _inspect(path: Path) -> Any | None:
-    """helper A's inspector when its dependencies import here; None otherwise."""
-    site = os.path.join(SIM_DIR, "site")
-    if os.path.isdir(site) and site not in sys.path:
-        sys.path.append(site)      # the controller's packages (litert-lm-builder...), read-only
-    try:
-        from provisioner.artifacts.inspect import inspect_path
-    except Exception:   # noqa: BLE001 - the board's python may lack the builder packages
-        return None
-    try:
-        return inspect_path(path)
-    except Exception:   # noqa: BLE001 - an unreadable model is reported by our own checks
-        return None
-
-
 def _match_model(view: BoardView, name: str, kind: str, meta: dict[str, Any]) -> str | None:
     models = view.facts.get("models", {})
     if meta.get("name") in models:
@@ -318,16 +303,12 @@ def _match_model(view: BoardView, name: str, kind: str, meta: dict[str, Any]) ->
 def read_litertlm(view: BoardView, path: Path) -> ModelView:
     meta = _model_meta(path)
     size = path.stat().st_size
-    insp = _inspect(path)
-    declared = getattr(insp, "declared_size", None) if insp else None
-    if declared is None:
-        declared = declared_sizes(meta).get(path.name) or meta.get("size")
-    builds = list(getattr(insp, "qairt_builds", []) or []) if insp else []
-    qairt = builds[0] if builds else (_scan_build(path) or meta.get("qairt"))
-    npu_only = getattr(insp, "npu_only", None) if insp else None
+    # The virtual runtime reads the file its own way (embedded meta, a scan for the QAIRT stamp), never
+    # with the product's inspector: what it stands in for is the runtime, not `provisioner inspect`.
+    declared = declared_sizes(meta).get(path.name) or meta.get("size")
+    qairt = _scan_build(path) or meta.get("qairt")
     mid = _match_model(view, path.name, "litertlm", meta)
-    if npu_only is None:
-        npu_only = bool(view.facts.get("models", {}).get(mid or "", {}).get("npu_only", True))
+    npu_only = bool(view.facts.get("models", {}).get(mid or "", {}).get("npu_only", True))
     return ModelView(str(path), "litertlm", size, declared, qairt, bool(npu_only), model_id=mid)
 
 
