@@ -12,6 +12,7 @@ of the host stays untouched:
                                    ``/etc/systemd`` are the board rootfs's own directories (writes
                                    persist like on the UFS)
 ``/opt``                           the board's ``rootfs/opt`` (QAIRT, LiteRT-LM, models)
+``/root``                          the board's own ``rootfs/root`` (never the host's dotfiles)
 ``/usr/bin``, ``/usr/lib``         overlays adding ``systemctl`` (stand-in), ``edge-llm-serve``,
                                    ``libcdsprpc.so`` from the rootfs
 ``/dev``                           tmpfs with the usual nodes + ``/dev/fastrpc-cdsp`` (char dev,
@@ -50,6 +51,7 @@ work even after the CLI that started the board was killed.
 from __future__ import annotations
 
 import contextlib
+import ctypes  # at module level: after the mounts the host's /root (maybe this stdlib) is hidden
 import fcntl
 import functools
 import hashlib
@@ -200,7 +202,8 @@ def start_host(board: VirtualBoard, *, time_scale: float | None = None,
         if info and info.get("ready") and _port_open(port):
             break
         if proc.poll() is not None:
-            raise SimError(f"virtual board {board.serial}: sshd namespace failed to start: {_log_tail(hd)}",
+            raise SimError(f"virtual board {board.serial}: sshd namespace failed to start (exit {proc.returncode}): "
+                           f"{_log_tail(hd)}",
                            "see " + str(hd / "agent.log"))
         time.sleep(0.05)
     else:
@@ -733,6 +736,40 @@ def _overlay(lower: str, upper: Path, work: Path) -> None:
     VOLATILE[upper.name] = (vu, upper)
 
 
+def root_home(board: VirtualBoard) -> Path:
+    """The board's own ``/root`` (its rootfs's; a per-board dir if the image made it a symlink, as
+    an OSTree commit does with ``root -> var/roothome``).
+
+    Bound over ``/root`` in the namespace so a login runs the board's dotfiles, never the host's:
+    the host root's ``~/.bashrc`` (pyenv, cargo...) is sourced by bash for every command sshd runs,
+    and a reboot that kills such a shell halfway can leave the host's locks behind. A real board
+    has its own ``/root``; it persists across reboots like the UFS does.
+    """
+    home = board.rootfs_dir / "root"
+    if home.is_symlink() or (home.exists() and not home.is_dir()):
+        home = host_dir(board) / "roothome"
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+    return home
+
+
+def _bind_root_home(board: VirtualBoard) -> None:
+    """Serve the board's own home at ``/root``. The namespace's processes run the world python
+    (:func:`_world_python`); if that interpreter itself lives under the host's ``/root`` (pyenv),
+    its prefix is bound back read-only at the same path so it keeps working."""
+    py = Path(os.path.realpath(os.environ.get("EDGE_LLM_SIM_WORLD_PYTHON") or _world_python()))
+    keep = py.parents[1] if py.is_relative_to("/root") and len(py.parents) > 2 else None
+    stage = Path(SIM_DIR) / ".hostroot"
+    if keep:
+        stage.mkdir(exist_ok=True)
+        _bind(keep, stage, ro=True)
+    _bind(root_home(board), "/root")
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)     # a mount point in the board's home
+        _bind(stage, keep, ro=True)
+        subprocess.run(["umount", "-l", str(stage)], check=False)
+
+
 def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     """Build the board's view (runs inside the new mount namespace, as root). Returns overlay state."""
     hd = host_dir(board)
@@ -829,8 +866,12 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
         os.chmod(f"/dev/{node}", mode)
     for d in ("pts", "shm"):
         Path(f"/dev/{d}").mkdir()
-        with contextlib.suppress(SimError):
-            _bind(sim / ".hostsys" / d, f"/dev/{d}")
+    with contextlib.suppress(SimError):
+        _bind(sim / ".hostsys" / "shm", "/dev/shm")
+    # A private devpts instance, as a container gets: the bind above is not recursive, so the host's
+    # /dev/pts would be an empty directory here and every pty request (ssh -tt, which Ansible's
+    # reboot module uses to read the boot id) would fail.
+    _mount("-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=0620", "edge-llm-pts", "/dev/pts")
     os.chmod("/dev/shm", 0o1777)
     os.symlink("pts/ptmx", "/dev/ptmx")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
@@ -889,6 +930,7 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
         base += f" qcom_scm.download_mode={dm}"
     _write(cmdline, base + "\n", 0o444)
     _bind(cmdline, "/proc/cmdline", ro=True)
+    _bind_root_home(board)          # last: the host's /root (and whatever lives there) is hidden from here on
     return {"board_only": board_only, "shells": shells, "generated": generated}
 
 
@@ -974,12 +1016,12 @@ def agent_main(root: str, serial: str) -> int:
     sim = Path(SIM_DIR)
     _write(sim / VOLATILE_LIST, "".join(f"{vu} {upper}\n" for vu, upper in VOLATILE.values()))
     _write(sim / HOLDER_NAME, HOLDER, 0o755)
-    import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)          # PR_SET_CHILD_SUBREAPER (kept across exec): orphaned services stay ours
     # Services start from a fresh interpreter that imports only the service manager: its runners
     # (double-forked, so reparented to this process) do not carry this agent's heap.
-    subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1])\n"
+    py = str(sim / runtime.PYTHON_LINK)     # the world python: this interpreter may live under the hidden /root
+    subprocess.run([py, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1])\n"
                     "from provisioner.sim.systemctl import lifecycle\nlifecycle('boot')", f"{SIM_DIR}/src"],
                    stdin=subprocess.DEVNULL, cwd="/", check=False)
     port = (hd / "port").read_text().strip()
@@ -987,7 +1029,7 @@ def agent_main(root: str, serial: str) -> int:
     sys.stderr.flush()
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):     # Python ignores these; sshd and services must not inherit that
         signal.signal(sig, signal.SIG_DFL)
-    os.execv(SHELL, [SHELL, str(sim / HOLDER_NAME), root, serial, str(hd), str(mntns), port, sys.executable])
+    os.execv(SHELL, [SHELL, str(sim / HOLDER_NAME), root, serial, str(hd), str(mntns), port, py])
     return 1     # not reached
 
 

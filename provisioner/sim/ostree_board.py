@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -191,6 +192,9 @@ def reboot_script(board: VirtualBoard) -> str:
         "for p in /proc/[0-9]*; do\n"
         "  [ \"$(stat -L -c %i $p/ns/mnt 2>/dev/null)\" = \"$ns\" ] && { pid=${p#/proc/}; break; }\n"
         "done\n"
+        "# the child must outlive this session: with a pty (Ansible's reboot module uses ssh -tt) its\n"
+        "# close sends SIGHUP to this process group, possibly before setsid has run\n"
+        "trap '' HUP\n"
         f"PYTHONPATH={src} setsid nsenter --mount=/proc/$pid/ns/mnt {sys.executable} -m "
         f"provisioner.sim.ostree_board reboot {board.root} {board.serial} </dev/null >/dev/null 2>&1 &\n"
         "exit 0\n")
@@ -218,8 +222,14 @@ def ostree_wrapper(board: VirtualBoard, real: str, sysroot_path: str) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "reboot":
-        with contextlib.suppress(SimError):
-            reboot(VirtualBoard.load(argv[1], argv[2]))
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)     # ignored by reboot_script; the board must not inherit that
+        board = VirtualBoard.load(argv[1], argv[2])
+        try:
+            reboot(board)
+        except SimError as exc:        # the board stays down; say why where `sim` users look
+            with contextlib.suppress(OSError), open(board.dir / "host" / "reboot.log", "a") as log:
+                print(f"reboot failed: {exc}", file=log)
+            return 1
         return 0
     print("usage: python -m provisioner.sim.ostree_board reboot ROOT SERIAL", file=sys.stderr)
     return 2
