@@ -44,6 +44,19 @@ def test_namespace_presents_the_board_at_real_paths(board):
     assert not Path("/sys/devices/soc0/machine").exists()
 
 
+def test_root_logs_in_to_the_boards_own_home_with_a_pty(board):
+    """root's home is the board's /root, not the host's (whose ~/.bashrc bash would source for every
+    command sshd runs); a pty can be had (Ansible's reboot module runs ssh -tt)."""
+    out = ssh(board, "echo HOME=$HOME; touch /root/.board-marker; ls -A /root")
+    assert out.returncode == 0, out.stderr
+    home = board.rootfs_dir / "root"
+    assert out.stdout.splitlines() == ["HOME=/root", *sorted(os.listdir(home))]
+    assert (home / ".board-marker").is_file() and not Path("/root/.board-marker").exists()
+    tty = subprocess.run([*host.ssh_argv(board, "tty")[:1], "-tt", *host.ssh_argv(board, "tty")[1:]],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert tty.returncode == 0 and tty.stdout.strip().startswith("/dev/pts/"), tty.stdout + tty.stderr
+
+
 def test_download_mode_is_one_value_for_ssh_and_console(tmp_path, monkeypatch):
     # the sim root's supervisor keeps the board's sysfs and board.json (what the console reads) in step
     monkeypatch.setenv("PROVISIONER_SIM_BOOT_SCALE", "0")
