@@ -13,6 +13,7 @@ Gemma-4 E2B on IQ-8275 and Nemotron Nano (Genie) on IQ-9075, side by side.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -171,6 +172,31 @@ class Rehearsal:
 
     def run(self, on_event: Listener | None = None) -> RehearsalReport:
         self.work.mkdir(parents=True, exist_ok=True)
+        lock = self._lock_work_dir()
+        try:
+            return self._run(on_event)
+        finally:
+            lock.close()
+
+    def _lock_work_dir(self):  # noqa: ANN202 - an open file whose flock lasts as long as it is open
+        """Two rehearsals in one work dir would share its sim root, inventory and records and see each
+        other's boards: refuse the second one, like the station's records lock does."""
+        f = (self.work / ".rehearsal.lock").open("a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            f.close()
+            raise UserError(f"work dir {self.work} is in use by another rehearsal (pid {holder})",
+                            "wait for it to finish, or give this one its own --work-dir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        return f
+
+    def _run(self, on_event: Listener | None) -> RehearsalReport:
         runner = StepRunner(on_event=on_event)
         results = runner.run(self.steps())
         ok = runner.ok and len(results) == len(self.steps()) and not self.failed_boards

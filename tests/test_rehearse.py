@@ -95,3 +95,20 @@ def test_bad_options_fail_before_any_board_starts(tmp_path, capsys, args, needle
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "w").exists()
+
+
+def test_a_second_rehearsal_in_the_same_work_dir_is_refused(tmp_path, capsys):
+    """Two rehearsals sharing a work dir would share boards and inventory (a 4-board run reported 12)."""
+    import fcntl
+
+    work = tmp_path / "w"
+    work.mkdir()
+    with (work / ".rehearsal.lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242\n")
+        held.flush()
+        assert main(["rehearse", "--work-dir", str(work)]) == 2
+    err = capsys.readouterr().err
+    assert "is in use by another rehearsal (pid 4242)" in err and "--work-dir" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (work / "sim").exists()
