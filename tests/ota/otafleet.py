@@ -70,6 +70,21 @@ def make_ota_boards(fleet: SimFleet, repo: Path, commit: str) -> None:
         host.start_host(b, time_scale=0.0)
 
 
+def full_commit_size(repo: Path, commit: str, work: Path) -> int:
+    """Bytes a board without a delta would fetch: every object of ``commit``, as stored in an archive repo."""
+    alone = work / f"full-{commit[:12]}"
+    if not (alone / "config").exists():
+        ostree(f"--repo={alone}", "init", "--mode=archive")
+        ostree(f"--repo={alone}", "pull-local", str(repo), commit)
+    return sum(f.stat().st_size for f in (alone / "objects").rglob("*") if f.is_file())
+
+
+def deployments(fleet: SimFleet, name: str) -> list[str]:
+    """Checksums of the board's deployments (what `ostree admin status` lists)."""
+    d = ostree_board.sysroot(fleet.boards[name]) / "ostree/deploy" / ostree_board.OSNAME / "deploy"
+    return sorted(p.name.split(".")[0] for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+
+
 def booted(fleet: SimFleet, name: str) -> str:
     b = fleet.boards[name].reload()
     return ((b.data.get("ostree") or {}).get("booted") or {}).get("checksum", "")

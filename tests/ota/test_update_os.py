@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -29,7 +31,13 @@ def ota(tmp_path_factory):
     base = tmp_path_factory.mktemp("update-os")
     specs = [BoardSpec("good-8275", "iq-8275-evk", vars=of.SIM_VARS),
              BoardSpec("noboot-8275", "iq-8275-evk", faults=("ota-no-boot",), vars=of.SIM_VARS),
-             BoardSpec("badnpu-8275", "iq-8275-evk", faults=("ota-bad-npu",), vars=of.SIM_VARS)]
+             BoardSpec("badnpu-8275", "iq-8275-evk", faults=("ota-bad-npu",), vars=of.SIM_VARS),
+             BoardSpec("cut-8275", "iq-8275-evk", faults=("ota-disconnect",), vars=of.SIM_VARS),
+             BoardSpec("killed-8275", "iq-8275-evk", vars=of.SIM_VARS),
+             # rolling order is the inventory's (sorted): the failing board's batch comes first
+             BoardSpec("mf1-noboot-8275", "iq-8275-evk", faults=("ota-no-boot",), vars=of.SIM_VARS),
+             BoardSpec("mf2-good-8275", "iq-8275-evk", vars=of.SIM_VARS),
+             BoardSpec("mf3-good-8275", "iq-8275-evk", vars=of.SIM_VARS)]
     fleet = build_fleet(base / "sim", specs, cache=base / "cache")
     repo = base / "srv"
     rootfs = fleet.rootfs("good-8275")
@@ -47,7 +55,9 @@ def ota(tmp_path_factory):
 
 def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
     fleet, base, server, c1, c2, rel = ota
-    proc, rows = _update(fleet, rel, server.url, base / "r1.json", "--serial", "3", "--max-fail-percentage", "100")
+    mark = server.mark()
+    proc, rows = _update(fleet, rel, server.url, base / "r1.json", "--serial", "3", "--max-fail-percentage", "100",
+                         "--limit", "good-8275,noboot-8275,badnpu-8275")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert rows["good-8275"]["verdict"] == "pass", rows["good-8275"]
     assert of.booted(fleet, "good-8275") == c2
@@ -57,9 +67,11 @@ def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
     assert rows["badnpu-8275"]["verdict"] == "fail"
     assert "rolled back" in rows["badnpu-8275"]["reason"] and "tok/s" in rows["badnpu-8275"]["reason"]
     assert of.booted(fleet, "badnpu-8275") == c1
-    # the delta was used: what came over the wire is far less than the full commit
-    pulled = sum(h.sent for h in server.log if "/deltas/" in h.path)
-    assert pulled > 0
+    # the static delta was used: what each board pulled is far less than the full commit
+    hits = server.since(mark)
+    assert any("/deltas/" in h.path for h in hits)
+    per_board = sum(h.sent for h in hits) / 3
+    assert 0 < per_board < of.full_commit_size(base / "srv", c2, base) / 4
 
 
 def test_rerun_on_updated_board_changes_and_transfers_nothing(ota):
@@ -70,3 +82,51 @@ def test_rerun_on_updated_board_changes_and_transfers_nothing(ota):
     assert rows["good-8275"]["verdict"] == "pass" and rows["good-8275"]["changed"] == 0
     assert server.since(mark) == []
     assert of.booted(fleet, "good-8275") == c2
+
+
+def test_cut_pull_resumes_and_the_update_completes(ota):
+    fleet, base, server, c1, c2, rel = ota
+    proc, rows = _update(fleet, rel, server.url, base / "r-cut.json", "--limit", "cut-8275")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert rows["cut-8275"]["verdict"] == "pass", rows["cut-8275"]
+    assert (fleet.boards["cut-8275"].dir / "sysroot/.edge-llm-sim-disconnected").exists()    # the link was cut
+    assert of.booted(fleet, "cut-8275") == c2
+
+
+def test_max_fail_percentage_stops_the_rollout_before_the_next_batch(ota):
+    """A batch of two with one failure is 50 % > 0 %: the next batch is never touched. (A batch that
+    fails entirely would stop any play; this one half-passes, so only max_fail_percentage stops it.)"""
+    fleet, base, server, c1, c2, rel = ota
+    proc, rows = _update(fleet, rel, server.url, base / "r-mf.json",
+                         "--limit", "mf1-noboot-8275,mf2-good-8275,mf3-good-8275",
+                         "--serial", "2", "--max-fail-percentage", "0")
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "rolled back" in rows["mf1-noboot-8275"]["reason"]
+    assert rows["mf2-good-8275"]["verdict"] == "pass" and of.booted(fleet, "mf2-good-8275") == c2
+    assert of.booted(fleet, "mf3-good-8275") == c1                 # the next batch: never touched
+    assert of.deployments(fleet, "mf3-good-8275") == [c1]
+    assert not (fleet.boards["mf3-good-8275"].dir / "sysroot/boot/edge-llm-ota-trial").exists()
+    assert rows.get("mf3-good-8275", {}).get("changed", 0) == 0
+
+
+def test_killed_update_reruns_to_a_clean_deployment(ota):
+    fleet, base, server, c1, c2, rel = ota
+    log = base / "killed.log"
+    argv = [sys.executable, "-m", "provisioner", "fleet", "update-os", "-i", str(fleet.inventory), "--release",
+            str(rel), "--repo", server.url, "--limit", "killed-8275", "--log", str(log)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:     # kill the controller once the deployment is staged
+        if log.is_file() and "Arm boot counting" in log.read_text(errors="replace"):
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.1)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    proc2, rows = _update(fleet, rel, server.url, base / "r-killed.json", "--limit", "killed-8275")
+    assert proc2.returncode == 0, proc2.stdout + proc2.stderr
+    assert rows["killed-8275"]["verdict"] == "pass", rows["killed-8275"]
+    assert of.booted(fleet, "killed-8275") == c2
+    assert of.deployments(fleet, "killed-8275") == sorted([c1, c2])      # one of each, nothing half-deployed
+    assert not (fleet.boards["killed-8275"].dir / "sysroot/boot/edge-llm-ota-trial").exists()
+    assert not list((fleet.boards["killed-8275"].dir / "sysroot/ostree/repo/state").glob("*.commitpartial"))
