@@ -2,7 +2,7 @@
 
 Everything is decided in :func:`prepare_build` (pure apart from checks and the rendered files)
 so ``--dry-run`` and tests see the exact command and environment that
-:func:`provisioner.image.build.run_build` executes.
+the ``kas-container`` step of :func:`provisioner.image.build.build` executes.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ Renderer = Callable[[Manifest, Path], RenderResult]
 
 @dataclass
 class BuildSetup:
-    """Everything ``run_build`` will do, decided up front (printed by ``--dry-run``)."""
+    """Everything the build job will do, decided up front (printed by ``--dry-run``)."""
 
     manifest: Manifest
     kas_file: Path
@@ -90,7 +90,7 @@ def kas_env(manifest: Manifest, host: Mapping[str, Any], env: Mapping[str, str],
 
 
 def _render(manifest: Manifest, out_dir: Path, renderer: Renderer | None) -> RenderResult:
-    """Rendered even for ``--dry-run``: the plan names the kas file."""
+    """Rendered even for ``--dry-run``: the setup names the kas file."""
     if renderer is None:
         from provisioner.image.render import render as renderer
     render_dir = out_dir / ".kas" / manifest.release
@@ -126,7 +126,7 @@ def prepare_build(
     """Render the kas config and decide the complete kas-container invocation.
 
     ``env`` is the run's environment as the CLI read it (see :mod:`provisioner.context`). With
-    ``dry_run`` nothing is created and the engine is not probed (so the plan can be shown on a
+    ``dry_run`` nothing is created and the engine is not probed (so the command can be shown on a
     machine without docker); otherwise missing folders are created and the engine checked.
     """
     env = dict(context.environ() if env is None else env)

@@ -21,13 +21,37 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from provisioner import tools
+from provisioner import context, tools
 from provisioner.errors import BuildError
 from provisioner.image.host_config import Dirs
 from provisioner.manifest import Manifest
 
 ENGINES = ("docker", "podman")
+
+#: what kas-container and the engine it calls may see of the run's environment, on top of
+#: :data:`provisioner.context.CHILD_ENV` (PATH, HOME, locale, TERM, TZ, SHELL, proxies, SSH_AUTH_SOCK,
+#: BB_NUMBER_THREADS, PARALLEL_MAKE). The variables the script itself reads or forwards into the
+#: container, siemens/kas kas-container at 81bab52 (Release 5.4): ``KAS_*`` (folders, engine, image,
+#: KAS_ALLOW_ROOT, KAS_PREMIRRORS, KAS_SUDO_CMD, ...), DL_DIR/SSTATE_DIR/SSTATE_MIRRORS, the
+#: ``for var in TERM ... TZ`` forward list (DISTRO_APT_PREMIRRORS, GIT_CREDENTIAL_USEHTTPPATH), the
+#: credential files it mounts (NETRC_FILE, GITCONFIG_FILE, REGISTRY_AUTH_FILE, NPMRC_FILE, the four
+#: AWS_* names, GIT_CREDENTIAL_HELPER) and DOCKER_HOST. Plus what the engines' own clients read to
+#: find their daemon and configuration (docker CLI: DOCKER_CONFIG/CONTEXT/CERT_PATH/TLS_VERIFY;
+#: podman: CONTAINER_HOST, CONTAINERS_CONF, XDG_RUNTIME_DIR via CHILD_ENV). Nothing else of ours -
+#: a download token such as PROVISIONER_HTTP_TOKEN never reaches the container.
+KAS_CONTAINER_ENV = (
+    "KAS_*", "DL_DIR", "SSTATE_DIR", "SSTATE_MIRRORS", "DISTRO_APT_PREMIRRORS", "GIT_CREDENTIAL_USEHTTPPATH",
+    "GIT_CREDENTIAL_HELPER", "NETRC_FILE", "GITCONFIG_FILE", "REGISTRY_AUTH_FILE", "NPMRC_FILE",
+    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+    "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY",
+    "CONTAINER_HOST", "CONTAINERS_CONF",
+)
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", "ip6-localhost", "0.0.0.0"}
+
+
+def engine_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The run's environment cut down to :data:`KAS_CONTAINER_ENV`, for kas-container and ``<engine> info``."""
+    return context.RunContext(env).child_env(keep=KAS_CONTAINER_ENV)
 
 
 def find_kas_container() -> Path:
@@ -59,7 +83,7 @@ def check_engine(engine: str, env: Mapping[str, str], timeout_s: float = 30.0) -
         raise BuildError(f"container engine '{engine}' is not installed (not on PATH)",
                          f"install {engine}, or use build.engine: {other} / KAS_CONTAINER_ENGINE={other}")
     try:
-        r = subprocess.run([exe, "info"], capture_output=True, text=True, timeout=timeout_s, env=dict(env),
+        r = subprocess.run([exe, "info"], capture_output=True, text=True, timeout=timeout_s, env=engine_env(env),
                            stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"'{engine} info' did not answer within {timeout_s:.0f} s",

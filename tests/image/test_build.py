@@ -2,7 +2,8 @@
 
 No container engine exists here, so a small script named ``docker`` (and ``podman``) sits first
 on PATH: it answers the queries kas-container makes, records the ``run`` command line, replays a
-recorded bitbake output and drops a flash bundle into the mounted build folder.
+recorded bitbake output and drops a flash bundle into the mounted build folder. Its settings are
+in ``standin.json`` beside it (:func:`standin`), not in the environment kas-container passes on.
 """
 
 from __future__ import annotations
@@ -49,10 +50,17 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("PROVISIONER_BUILD_CONFIG", str(cfg))
     for var in ("http_proxy", "https_proxy", "no_proxy", "SSTATE_MIRRORS", "BB_NUMBER_THREADS"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("STANDIN_RECORD", str(record))
-    monkeypatch.setenv("STANDIN_OUTPUT", str(FIX / "success.log"))
-    monkeypatch.setenv("STANDIN_BUNDLE", str(tarball))
-    return SimpleNamespace(bindir=bindir, record=record, tarball=tarball, tmp=tmp_path)
+    ns = SimpleNamespace(bindir=bindir, record=record, tarball=tarball, tmp=tmp_path)
+    standin(ns, RECORD=str(record), OUTPUT=str(FIX / "success.log"), BUNDLE=str(tarball))
+    return ns
+
+
+def standin(env: SimpleNamespace, **settings: str | None) -> None:
+    """Change the stand-in engine's settings (``None`` removes one): the file it reads beside itself."""
+    path = env.bindir / "standin.json"
+    cfg = json.loads(path.read_text()) if path.exists() else {}
+    cfg.update(settings)
+    path.write_text(json.dumps({k: v for k, v in cfg.items() if v is not None}))
 
 
 _MODEL: list[Path] = []
@@ -161,6 +169,54 @@ def test_build_runs_real_kas_container_and_collects_release(env, tmp_path):
     assert "Tasks Summary: Attempted 3452" in log and "kas-container" in log.splitlines()[1]
 
 
+def test_download_token_never_reaches_the_container_engine(env, tmp_path, monkeypatch):
+    """kas-container (and `docker info`) get a whitelist of our environment: what kas-container reads."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine git.lan login ci password x\n")
+    monkeypatch.setenv("PROVISIONER_HTTP_TOKEN", "tok-s3cret")
+    monkeypatch.setenv("PROVISIONER_CONSOLE_PASSWORD", "root-pw")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-s3cret")
+    monkeypatch.setenv("NETRC_FILE", str(netrc))
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    do_build(write_manifest(tmp_path), tmp_path / "out")
+    rows = [json.loads(ln) for ln in env.record.read_text().splitlines()]
+    seen = [r["environ"] for r in rows if r["kind"] in ("info", "run")]
+    assert len(seen) == 2
+    for environ in seen:
+        assert not {"PROVISIONER_HTTP_TOKEN", "PROVISIONER_CONSOLE_PASSWORD", "AWS_SECRET_ACCESS_KEY"} & set(environ)
+        assert not any("s3cret" in v or "root-pw" in v for v in environ.values())
+    [run] = runs(env.record)
+    # what kas-container itself reads still reaches it: the netrc is mounted, TZ forwarded
+    assert f"{netrc}:/var/kas/userdata/.netrc:ro" in pairs(run["argv"], "-v")
+    assert "TZ=Europe/Berlin" in pairs(run["argv"], "-e")
+    assert run["environ"]["KAS_CONTAINER_ENGINE"] == "docker" and run["environ"]["HOME"] == str(tmp_path / "home")
+
+
+def test_build_is_a_job_of_named_steps(env, tmp_path, capsys):
+    """prepare -> kas-container -> collect through the one step machinery; a failure stops before collect."""
+    events: list[tuple[str, str]] = []
+    do_build(write_manifest(tmp_path), tmp_path / "out", on_event=lambda ev: events.append((ev.step, ev.kind)))
+    assert events == [("prepare", "start"), ("prepare", "stop"), ("kas-container", "start"),
+                      ("kas-container", "stop"), ("collect", "start"), ("collect", "stop")]
+    events.clear()
+    do_build(write_manifest(tmp_path), tmp_path / "out2", dry_run=True,
+             on_event=lambda ev: events.append((ev.step, ev.kind)))
+    assert events == [("prepare", "start"), ("prepare", "stop")]
+    events.clear()
+    standin(env, OUTPUT=str(FIX / "failure.log"), RC="1", BUNDLE=None)
+    with pytest.raises(BuildError, match="do_compile failed"):
+        do_build(write_manifest(tmp_path), tmp_path / "out3", on_event=lambda ev: events.append((ev.step, ev.kind)))
+    assert events[-1] == ("kas-container", "error") and not any(s == "collect" for s, _ in events)
+    # the CLI shows the steps as numbered progress lines, as litert build does
+    capsys.readouterr()
+    standin(env, OUTPUT=str(FIX / "success.log"), RC="0", BUNDLE=str(env.tarball))
+    assert main(["build", str(write_manifest(tmp_path)), "--out", str(tmp_path / "out4")]) == 0
+    err = capsys.readouterr().err
+    assert "[1/3] render kas configuration for rel-7 (iq-8275-evk)" in err
+    assert "[2/3] kas-container build (docker) -> log" in err and "[3/3] collecting the release" in err
+    assert f"release: {tmp_path / 'out4' / 'rel-7'}" in err.replace("\n", "")
+
+
 def test_podman_custom_image_and_dirs_inside_work(env, tmp_path, monkeypatch):
     m = tmp_path / "manifest.yaml"
     write_manifest(tmp_path, engine="podman")
@@ -209,9 +265,7 @@ def test_cli_dry_run_json(env, tmp_path, capsys):
 
 
 def test_failed_task_shows_task_and_log_keeps_full_log(env, tmp_path, monkeypatch):
-    monkeypatch.setenv("STANDIN_OUTPUT", str(FIX / "failure.log"))
-    monkeypatch.setenv("STANDIN_RC", "1")
-    monkeypatch.delenv("STANDIN_BUNDLE")
+    standin(env, OUTPUT=str(FIX / "failure.log"), RC="1", BUNDLE=None)
     with pytest.raises(BuildError) as exc:
         do_build(write_manifest(tmp_path), tmp_path / "out")
     msg = str(exc.value)
@@ -246,7 +300,7 @@ def test_engine_binary_missing(env, tmp_path, monkeypatch):
 
 
 def test_daemon_not_running(env, tmp_path, monkeypatch):
-    monkeypatch.setenv("STANDIN_DAEMON_DOWN", "1")
+    standin(env, DAEMON_DOWN="1")
     with pytest.raises(BuildError, match="daemon is not usable.*Cannot connect to the Docker daemon"):
         do_build(write_manifest(tmp_path), tmp_path / "out")
     assert runs(env.record) == []
@@ -308,7 +362,8 @@ def test_ctrl_c_stops_container_and_says_how_to_resume(env, tmp_path):
     out = tmp_path / "out"
     script = ("import sys; from provisioner.cli import main; "
               f"sys.exit(main(['build', {str(m)!r}, '--out', {str(out)!r}]))")
-    penv = dict(os.environ, STANDIN_HOLD="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    standin(env, HOLD="1")
+    penv = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.Popen([sys.executable, "-c", script], env=penv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     log = out / "logs" / "rel-7.build.log"
@@ -355,8 +410,8 @@ def test_ctrl_c_escalates_to_engine_stop_when_bitbake_ignores_sigint(env, tmp_pa
     cfg.write_text("interrupt_grace_s: 1\nmin_free_gb: 0\n")
     script = ("import sys; from provisioner.cli import main; "
               f"sys.exit(main(['build', {str(m)!r}, '--out', {str(out)!r}]))")
-    penv = dict(os.environ, STANDIN_HOLD="1", STANDIN_IGNORE_INT="1", PROVISIONER_BUILD_CONFIG=str(cfg),
-                PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    standin(env, HOLD="1", IGNORE_INT="1")
+    penv = dict(os.environ, PROVISIONER_BUILD_CONFIG=str(cfg), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.Popen([sys.executable, "-c", script], env=penv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     log = out / "logs" / "rel-7.build.log"
