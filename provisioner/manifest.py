@@ -14,8 +14,8 @@ from typing import Any
 
 from provisioner import catalog
 from provisioner.contracts import inventory
+from provisioner.contracts.release import OTA_KINDS
 from provisioner.errors import ManifestError
-from provisioner.ota import OTA_KINDS
 from provisioner.yamlsafe import YamlError, load_yaml
 
 MANIFEST_VERSION = 1

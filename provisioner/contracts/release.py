@@ -44,6 +44,8 @@ from provisioner.errors import ArtifactError
 
 FORMAT = 1
 RELEASE_JSON = "release.json"
+#: ``image.ota`` values a manifest may ask for, and ``ota.kind`` in release.json (provisioner.ota).
+OTA_KINDS = ("ostree",)
 TARBALL_SUFFIX = ".qcomflash.tar.gz"
 
 

@@ -51,7 +51,9 @@ URL`` on the board). In it:
 
 from __future__ import annotations
 
-OTA_KINDS = ("ostree",)
+from provisioner.contracts.release import OTA_KINDS
+
+__all__ = ["OTA_KINDS"]
 TARBALL_PATH = "ostree/ostreecommit.tar.xz"
 TARBALL_SUFFIX = ".ostreecommit.tar.xz"
 INDEX_FILE = "edge-llm-ota.json"
