@@ -150,7 +150,7 @@ class Rehearsal:
             Step("host", self.step_host, what="prerequisites: root, sshd, e2fsprogs, util-linux, ansible-playbook"),
             Step("check", self.step_check, what="manifest validation + model inspection (real .litertlm/Genie files)"),
             Step("render", self.step_render, what="kas config + meta-edge-llm layer, validated with kas's schema"),
-            Step("build plan", self.step_build_plan, what="kas-container command (dry run; no 250 GB build)"),
+            Step("build command", self.step_build_command, what="kas-container command (dry run; no 250 GB build)"),
             Step("release", self.step_release, simulated=True,
                  what="release directory around a synthetic qcomflash bundle (real XML, ext4 rootfs)"),
             Step("boards up", self.step_boards_up, cleanup=self.cleanup_boards, simulated=True,
@@ -308,14 +308,14 @@ class Rehearsal:
             out.append(f"{lane.board.kas_machine}: {result.kas_file.name} + {len(result.layer_files)} layer files")
         return "; ".join(out)
 
-    def step_build_plan(self) -> str:
+    def step_build_command(self) -> str:
         from provisioner.image.build import build
 
         for lane in self.lanes:
-            plan = build(lane.manifest.path, self.work / "releases", dry_run=True,
-                         reporter=Reporter(quiet=True), host_config={"engine": "docker"},
-                         env={"KAS_CONTAINER_ENGINE": "docker", **context.environ()})
-            lane.build_command = plan.command_line()
+            setup = build(lane.manifest.path, self.work / "releases", dry_run=True,
+                          reporter=Reporter(quiet=True), host_config={"engine": "docker"},
+                          env={"KAS_CONTAINER_ENGINE": "docker", **context.environ()})
+            lane.build_command = setup.command_line()
         return f"{len(self.lanes)} kas-container command(s) planned (see rehearsal.json)"
 
     def step_release(self) -> str:

@@ -2,12 +2,14 @@
 
 - "check" is the manifest + files cross-check (``provisioner check``, check.py) and verify's judged
   items (fleet/verdict.py); Ansible's check mode is ``dry_run`` in code (``--check`` on the CLI).
-- "plan" is the plan stage (plan.py); the build's decided invocation is ``BuildSetup``.
+- "plan" is the plan stage (plan.py), in module names and in function/class names; the build's
+  decided invocation is ``BuildSetup``, litert's dry run ``describe()``, fetch's list ``fetch_list()``.
 - "artifacts" is the model-file stage (provisioner/artifacts/); what boards pull is fleet/deploy_index.py.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -30,6 +32,20 @@ def _modules_named(word: str) -> list[str]:
 ])
 def test_a_word_names_one_module(word: str, owners: list[str]) -> None:
     assert _modules_named(word) == owners
+
+
+def test_plan_in_a_name_is_the_plan_stage() -> None:
+    """No function, method or class outside plan.py has "plan" in its name (litert's dry run is
+    ``describe()``, fetch's list ``fetch_list()``, the build's decided invocation ``BuildSetup``)."""
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if rel == "plan.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and "plan" in node.name.lower():
+                offenders.append(f"provisioner/{rel}:{node.lineno}: {node.name}")
+    assert not offenders, "'plan' is the plan stage (plan.py) only:\n" + "\n".join(offenders)
 
 
 def test_fleet_dry_run_is_ansible_check_mode(tmp_path: Path) -> None:

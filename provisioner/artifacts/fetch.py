@@ -143,7 +143,7 @@ def downloads_dir(manifest: Manifest, override: Path | None = None) -> Path:
     return Path(d)
 
 
-def plan_fetch(manifest: Manifest, *, models_only: bool = False) -> list[FetchItem]:
+def fetch_list(manifest: Manifest, *, models_only: bool = False) -> list[FetchItem]:
     """Everything ``fetch`` would download for ``manifest`` (models with a URL, then QAIRT zips)."""
     mirrors = [m.rstrip("/") for m in manifest.build.mirrors]
     items: list[FetchItem] = []

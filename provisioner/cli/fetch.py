@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from provisioner import ui
-from provisioner.artifacts.fetch import downloads_dir, fetch_all, plan_fetch
+from provisioner.artifacts.fetch import downloads_dir, fetch_all, fetch_list
 from provisioner.manifest import load_manifest
 
 
@@ -22,7 +22,7 @@ def command(manifest: Path, dl_dir: Path | None, models_only: bool, timeout: flo
     """Download (resumable, sha256-verified, mirrors first) every artifact MANIFEST needs."""
     m = load_manifest(manifest)
     target = downloads_dir(m, dl_dir.resolve() if dl_dir else None)
-    items = plan_fetch(m, models_only=models_only)
+    items = fetch_list(m, models_only=models_only)
     reporter = ui.Reporter(quiet=as_json)
     if not items:
         reporter.info("nothing to fetch (models have local paths and --models-only was given)")

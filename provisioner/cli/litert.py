@@ -36,7 +36,7 @@ def _default_out(ctx: context.RunContext) -> Path:
 @click.option("--patches", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder with 0001..0003-*.patch (default: the layer's recipes-ai/litert-lm/files).")
 @click.option("--allow-cross", is_flag=True, help="Run on a non-aarch64 host (dry-run/testing only).")
-@click.option("--dry-run", is_flag=True, help="Print the plan; run nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the steps; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
 def build_cmd(work: Path | None, qairt_sdk: str | None, out: Path | None, source: str | None, rev: str | None,
               patches: Path | None, allow_cross: bool, dry_run: bool, as_json: bool) -> None:

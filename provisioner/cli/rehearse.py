@@ -24,7 +24,7 @@ def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], k
             as_json: bool) -> None:
     """Rehearse a release end to end on virtual EVKs (built-in examples when no MANIFEST is given).
 
-    check -> render (+kas schema) -> build plan -> release -> boards up -> EDL via console ->
+    check -> render (+kas schema) -> build command -> release -> boards up -> EDL via console ->
     parallel flash -> boot check -> fleet verify -> fleet launch -> one completion per board.
     """
     from provisioner.rehearse import Rehearsal, RehearsalOptions

@@ -92,7 +92,7 @@ class LitertOptions:
 class Command:
     """One named action of the build: an external command (``argv``) or a Python action (``fn``).
 
-    It is the plan's description; :meth:`LitertBuild.run` turns each into a
+    It is the job's description; :meth:`LitertBuild.run` turns each into a
     :class:`provisioner.steps.Step` and runs them with the one :class:`~provisioner.steps.StepRunner`.
     """
 
@@ -131,7 +131,7 @@ def check_host(allow_cross: bool) -> str | None:
     if allow_cross:
         return msg + "; --allow-cross given: only for --dry-run and testing, the result is checked for aarch64"
     raise BuildError(msg, "run `provisioner litert build` on an aarch64 machine (e.g. an arm64 cloud VM or the "
-                          "EVK itself), or add --dry-run to see the plan")
+                          "EVK itself), or add --dry-run to see the steps")
 
 
 def qairt_sdk_value(raw: str | None, qairt: str = QAIRT) -> str:
@@ -367,10 +367,10 @@ def _find_output(bazel_bin: Path, candidates: list[str], name: str) -> Path:
     return min(hits, key=lambda p: len(p.parts))
 
 
-# -- the plan --------------------------------------------------------------------------------
+# -- the steps -------------------------------------------------------------------------------
 
 class LitertBuild:
-    """The steps of one runtime build; ``plan()`` lists them, ``run()`` executes them."""
+    """The steps of one runtime build; ``describe()`` lists them, ``run()`` executes them."""
 
     def __init__(self, opts: LitertOptions, reporter: Reporter | None = None) -> None:
         self.o = opts
@@ -382,7 +382,7 @@ class LitertBuild:
         self.output_base: Path | None = None
         self.result: LitertResult | None = None
 
-    # argv helpers (the tools are looked up at run time, named plainly in the plan)
+    # argv helpers (the tools are looked up at run time, named plainly in the dry run)
     def _bazel(self) -> str:
         return _tool("bazel", self.env, "install bazelisk (it reads .bazelversion: 7.6.1)", ("bazelisk",))
 
@@ -411,7 +411,8 @@ class LitertBuild:
                  f"write {o.out / tarball_name(o.rev, o.qairt)} + .sha256"),
         ]
 
-    def plan(self) -> list[str]:
+    def describe(self) -> list[str]:
+        """The dry run's lines: the QAIRT SDK, then each step as it would run."""
         lines = [f"LITERT_QAIRT_SDK={self.sdk}"]
         lines += [s.describe() for s in self.steps()]
         return lines
@@ -565,12 +566,12 @@ class LitertBuild:
 
 def litert_build(opts: LitertOptions, *, dry_run: bool = False, reporter: Reporter | None = None
                  ) -> LitertResult | list[str]:
-    """Build the runtime tarball (or, with ``dry_run``, return the plan lines)."""
+    """Build the runtime tarball (or, with ``dry_run``, return the steps as lines)."""
     reporter = reporter or Reporter()
     warning = check_host(opts.allow_cross or dry_run)
     if warning:
         reporter.warn(warning)
     job = LitertBuild(opts, reporter)
     if dry_run:
-        return job.plan()
+        return job.describe()
     return job.run()
