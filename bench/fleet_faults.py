@@ -195,7 +195,10 @@ def failed_first_install(fleet: Fleet, art: Server) -> Row:
     unit = f"edge-llm-serve@{GEMMA}.service"
     out = []
     for _ in range(2):
-        row = deploy(fleet, art, "dep").row("dep")
+        events: list[dict] = []
+        row = deploy(fleet, art, "dep", events.append).row("dep")
+        if os.environ.get("BENCH_DEBUG"):
+            print([(e.get("task"), e.get("status")) for e in events if e.get("event") == "host"], file=sys.stderr)
         state = fleet.ssh("dep", "systemctl", "is-active", unit)
         out.append(f"{row.verdict}, current {fleet.current('dep')}, {unit} {state}")
     reason = row.reason.split(" (")[0]
