@@ -29,10 +29,11 @@ def command() -> None:
 def publish_cmd(release: Path, repo: Path, from_revs: tuple[str, ...], gpg_key_file: Path | None,
                 ed25519_key_file: Path | None, as_json: bool) -> None:
     """Import RELEASE's commit into --repo, add static deltas, move the branch, update the summary."""
+    from provisioner import context
     from provisioner.ota.publish import publish
 
     result = publish(release, repo, from_revs=from_revs, gpg_key_file=gpg_key_file,
-                     ed25519_key_file=ed25519_key_file)
+                     ed25519_key_file=ed25519_key_file, env=context.current().env)
     if as_json:
         print_json(result.as_dict())
         return

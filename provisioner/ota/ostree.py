@@ -1,18 +1,23 @@
 """The real ``ostree`` CLI, run from argv lists: one place that finds it and turns a failure into one line.
 
-Nothing goes through a shell, and children get a small environment (PATH, locale, HOME) so no
-credential of ours reaches them. Output is parsed only where ostree prints a stable, documented
-form (``rev-parse``, ``show --print-metadata-key``, ``ls -R``).
+Nothing goes through a shell, and children get a small environment (PATH, locale, HOME) cut
+from the run's environment the CLI passes in (``env``; a library caller without one gets
+:func:`provisioner.context.environ`), so no credential of ours reaches them. Output is parsed
+only where ostree prints a stable, documented form (``rev-parse``, ``show --print-metadata-key``,
+``ls -R``).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
+from provisioner import context
 from provisioner.errors import UserError
+
+Env = Mapping[str, str] | None
 
 OSTREE_HINT = "install ostree (Debian/Ubuntu: apt-get install ostree)"
 
@@ -21,28 +26,28 @@ class OstreeError(UserError):
     """ostree refused or failed; the message carries its own last line."""
 
 
-def ostree_bin() -> str:
-    """The ostree program, or a one-line error naming the package."""
-    found = shutil.which("ostree")
+def ostree_bin(env: Env = None) -> str:
+    """The ostree program on the run's PATH, or a one-line error naming the package."""
+    found = shutil.which("ostree", path=child_env(env).get("PATH"))
     if not found:
         raise OstreeError("ostree is not installed (publishing and reading OSTree commits need the real CLI)",
                           OSTREE_HINT)
     return found
 
 
-def child_env() -> dict[str, str]:
-    """PATH, locale and HOME only: ostree needs nothing else and must not see our secrets."""
+def child_env(env: Env = None) -> dict[str, str]:
+    """PATH, locale and HOME of the run's ``env`` only: ostree needs nothing else and must not see our secrets."""
     keep = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
-    return {k: v for k, v in os.environ.items() if k in keep}
+    return {k: v for k, v in (context.environ() if env is None else env).items() if k in keep}
 
 
-def run(repo: Path | None, *args: str, what: str, hint: str = "") -> str:
+def run(repo: Path | None, *args: str, what: str, hint: str = "", env: Env = None) -> str:
     """Run ``ostree [--repo=REPO] ARGS`` and return stdout; a failure is an :class:`OstreeError`."""
-    argv = [ostree_bin(), *args]
+    argv = [ostree_bin(env), *args]
     if repo is not None:
         argv.insert(2, f"--repo={repo}")
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=child_env(), check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=child_env(env), check=False)
     except OSError as exc:
         raise OstreeError(f"{what}: cannot run ostree ({exc})", OSTREE_HINT) from exc
     if proc.returncode != 0:
@@ -51,21 +56,21 @@ def run(repo: Path | None, *args: str, what: str, hint: str = "") -> str:
     return proc.stdout
 
 
-def rev_parse(repo: Path, rev: str) -> str | None:
+def rev_parse(repo: Path, rev: str, env: Env = None) -> str | None:
     """The commit ``rev`` names in ``repo``, or None when it names nothing there."""
     try:
-        return run(repo, "rev-parse", rev, what=f"rev-parse {rev}").strip() or None
+        return run(repo, "rev-parse", rev, what=f"rev-parse {rev}", env=env).strip() or None
     except OstreeError:
         return None
 
 
-def has_commit(repo: Path, rev: str) -> str | None:
+def has_commit(repo: Path, rev: str, env: Env = None) -> str | None:
     """The commit ``rev`` names when its commit object is in ``repo`` (rev-parse accepts any 64-hex id)."""
-    commit = rev_parse(repo, rev)
+    commit = rev_parse(repo, rev, env)
     if commit is None:
         return None
     try:
-        run(repo, "show", commit, what=f"show {commit[:12]}")
+        run(repo, "show", commit, what=f"show {commit[:12]}", env=env)
     except OstreeError:
         return None
     return commit
@@ -112,11 +117,11 @@ def content_size(repo: Path, commit: str) -> int:
     return total
 
 
-def help_mentions(subcommand: tuple[str, ...], option: str) -> bool:
+def help_mentions(subcommand: tuple[str, ...], option: str, env: Env = None) -> bool:
     """Whether ``ostree SUBCOMMAND --help`` lists ``option`` (features differ between ostree builds)."""
     try:
-        out = subprocess.run([ostree_bin(), *subcommand, "--help"], capture_output=True, text=True,
-                             env=child_env(), check=False)
+        out = subprocess.run([ostree_bin(env), *subcommand, "--help"], capture_output=True, text=True,
+                             env=child_env(env), check=False)
     except OSError:
         return False
     return option in out.stdout

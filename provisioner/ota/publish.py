@@ -76,22 +76,22 @@ def _load(release_dir: Path) -> tuple[str, dict[str, Any], Path]:
     return str(data.get("release") or release_dir.name), ota, tarball
 
 
-def init_repo(repo: Path) -> None:
+def init_repo(repo: Path, env: ostree.Env = None) -> None:
     """Create an archive repository at ``repo``, or check that the one there can be served statically."""
     mode = ostree.repo_mode(repo)
     if mode is None:
         if repo.exists() and any(repo.iterdir()):
             raise UserError(f"{repo}: not empty and not an OSTree repository", "give an empty or new folder")
         repo.mkdir(parents=True, exist_ok=True)
-        ostree.run(repo, "init", "--mode=archive", what=f"init {repo}")
+        ostree.run(repo, "init", "--mode=archive", what=f"init {repo}", env=env)
     elif mode not in ("archive", "archive-z2"):
         raise UserError(f"{repo}: an OSTree repository in mode {mode!r}; a web server can only serve 'archive'",
                         "publish into a new folder")
 
 
-def _resolve_from(repo: Path, rev: str) -> str:
+def _resolve_from(repo: Path, rev: str, env: ostree.Env) -> str:
     for candidate in (rev, f"{RELEASE_REF_PREFIX}{rev}"):
-        found = ostree.has_commit(repo, candidate)
+        found = ostree.has_commit(repo, candidate, env)
         if found:
             return found
     raise UserError(f"--from {rev}: not in {repo} (no commit, ref or published release of that name)",
@@ -99,21 +99,21 @@ def _resolve_from(repo: Path, rev: str) -> str:
 
 
 @contextlib.contextmanager
-def gpg_home(key_file: Path) -> Iterator[tuple[Path, str]]:
+def gpg_home(key_file: Path, env: ostree.Env = None) -> Iterator[tuple[Path, str]]:
     """Import ``key_file`` into a private GnuPG home; yields (home, fingerprint) and removes it after."""
-    gpg = shutil.which("gpg")
+    gpg = shutil.which("gpg", path=ostree.child_env(env).get("PATH"))
     if not gpg:
         raise UserError("--gpg-key-file needs gpg", "apt-get install gnupg")
     if not key_file.is_file():
         raise UserError(f"--gpg-key-file {key_file}: no such file", "give the path of an exported secret key")
     home = Path(tempfile.mkdtemp(prefix="edge-llm-gnupg-"))
     home.chmod(0o700)
-    env = {**ostree.child_env(), "GNUPGHOME": str(home)}
+    genv = {**ostree.child_env(env), "GNUPGHOME": str(home)}
     try:
         imp = subprocess.run([gpg, "--batch", "--homedir", str(home), "--import", str(key_file)],
-                             capture_output=True, text=True, env=env, check=False)
+                             capture_output=True, text=True, env=genv, check=False)
         listing = subprocess.run([gpg, "--batch", "--homedir", str(home), "--list-secret-keys", "--with-colons"],
-                                 capture_output=True, text=True, env=env, check=False).stdout
+                                 capture_output=True, text=True, env=genv, check=False).stdout
         fprs = [line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:")]
         if imp.returncode != 0 or not fprs:
             raise UserError(f"--gpg-key-file {key_file}: holds no usable GPG secret key",
@@ -121,14 +121,15 @@ def gpg_home(key_file: Path) -> Iterator[tuple[Path, str]]:
                             "for unattended publishing)")
         yield home, fprs[0]
     finally:
-        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True, env=env,
-                       check=False) if shutil.which("gpgconf") else None
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True, env=genv,
+                       check=False) if shutil.which("gpgconf", path=genv.get("PATH")) else None
         shutil.rmtree(home, ignore_errors=True)
 
 
-def ed25519_supported() -> bool:
+def ed25519_supported(env: ostree.Env = None) -> bool:
     """Whether this ostree can read an ed25519 secret key from a file for commits and the summary."""
-    return ostree.help_mentions(("sign",), "--keys-file") and ostree.help_mentions(("summary",), "--keys-file")
+    return (ostree.help_mentions(("sign",), "--keys-file", env)
+            and ostree.help_mentions(("summary",), "--keys-file", env))
 
 
 def _write_index(repo: Path, release: str, entry: dict[str, Any]) -> None:
@@ -144,11 +145,15 @@ def _write_index(repo: Path, release: str, entry: dict[str, Any]) -> None:
 
 
 def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg_key_file: Path | None = None,
-            ed25519_key_file: Path | None = None) -> PublishResult:
-    """Import the release's commit into ``repo``, add deltas, move refs, update the summary."""
+            ed25519_key_file: Path | None = None, env: ostree.Env = None) -> PublishResult:
+    """Import the release's commit into ``repo``, add deltas, move refs, update the summary.
+
+    ``env``: the run's environment (:attr:`provisioner.context.RunContext.env`, from the CLI); ostree and
+    gpg get only PATH, locale and HOME of it (:func:`provisioner.ota.ostree.child_env`).
+    """
     if gpg_key_file and ed25519_key_file:
         raise UserError("give one signing key, --gpg-key-file or --ed25519-key-file", "drop one of them")
-    if ed25519_key_file and not ed25519_supported():
+    if ed25519_key_file and not ed25519_supported(env):
         raise UserError("this ostree cannot read an ed25519 key from a file (`ostree sign` has no --keys-file; "
                         "2022.7 takes the secret key only on its command line, where other users can read it)",
                         "use --gpg-key-file, or an ostree whose `sign --help` lists --keys-file")
@@ -156,36 +161,36 @@ def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg
         raise UserError(f"--ed25519-key-file {ed25519_key_file}: no such file", "give the key file's path")
     release, ota, tarball = _load(release_dir)
     commit, branch = ota["commit"], ota["branch"]
-    init_repo(repo)
-    previous = ostree.rev_parse(repo, branch)
-    published = ostree.rev_parse(repo, f"{RELEASE_REF_PREFIX}{release}")
+    init_repo(repo, env)
+    previous = ostree.rev_parse(repo, branch, env)
+    published = ostree.rev_parse(repo, f"{RELEASE_REF_PREFIX}{release}", env)
     if published and published != commit:
         raise UserError(f"release {release} is already published as {published[:12]}, this one is {commit[:12]}",
                         "a release id names one commit; build a new release id")
-    froms = [_resolve_from(repo, r) for r in from_revs] or ([previous] if previous else [])
+    froms = [_resolve_from(repo, r, env) for r in from_revs] or ([previous] if previous else [])
     froms = sorted({f for f in froms if f != commit})
     with tempfile.TemporaryDirectory(prefix="edge-llm-ota-import-") as tmp:
         src = extract_repo(tarball, Path(tmp))
-        ostree.run(repo, "pull-local", "--untrusted", str(src), commit, what=f"import {commit[:12]}")
+        ostree.run(repo, "pull-local", "--untrusted", str(src), commit, what=f"import {commit[:12]}", env=env)
     with contextlib.ExitStack() as stack:
         sign_args: list[str] = []
         signed = None
         if gpg_key_file:
-            home, fpr = stack.enter_context(gpg_home(gpg_key_file))
-            ostree.run(repo, "gpg-sign", f"--gpg-homedir={home}", commit, fpr, what="gpg-sign")
+            home, fpr = stack.enter_context(gpg_home(gpg_key_file, env))
+            ostree.run(repo, "gpg-sign", f"--gpg-homedir={home}", commit, fpr, what="gpg-sign", env=env)
             sign_args = [f"--gpg-sign={fpr}", f"--gpg-homedir={home}"]
             signed = "gpg"
         elif ed25519_key_file:
             ostree.run(repo, "sign", "--sign-type=ed25519", f"--keys-file={ed25519_key_file}", commit,
-                       what="sign")
+                       what="sign", env=env)
             sign_args = ["--sign-type=ed25519", f"--keys-file={ed25519_key_file}"]
             signed = "ed25519"
         for f in froms:
             ostree.run(repo, "static-delta", "generate", "--if-not-exists", f"--from={f}", f"--to={commit}",
-                       what=f"static delta {f[:12]} -> {commit[:12]}")
-        ostree.run(repo, "refs", "--force", f"--create={RELEASE_REF_PREFIX}{release}", commit, what="ref")
-        ostree.run(repo, "refs", "--force", f"--create={branch}", commit, what=f"ref {branch}")
-        ostree.run(repo, "summary", "--update", *sign_args, what="summary")
+                       what=f"static delta {f[:12]} -> {commit[:12]}", env=env)
+        ostree.run(repo, "refs", "--force", f"--create={RELEASE_REF_PREFIX}{release}", commit, what="ref", env=env)
+        ostree.run(repo, "refs", "--force", f"--create={branch}", commit, what=f"ref {branch}", env=env)
+        ostree.run(repo, "summary", "--update", *sign_args, what="summary", env=env)
     _write_index(repo, release, {"commit": commit, "branch": branch, "deltas_from": froms, "signed": signed})
     return PublishResult(repo=repo, release=release, commit=commit, branch=branch, previous=previous,
                          deltas=froms, signed=signed)

@@ -134,3 +134,23 @@ def test_gpg_key_file_signs_commit_and_summary(cli, tmp_path: Path, two_releases
     assert _ostree("rev-parse", f"--repo={board}", f"fleet:{MACHINE}").strip() == commit
     assert key.read_text() not in json.dumps(json.loads(res.out))
     subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], env=env, capture_output=True)
+
+
+def test_ostree_gets_the_runs_path_and_none_of_its_secrets(tmp_path: Path, two_releases) -> None:
+    """publish() runs ostree with the environment the CLI edge passed in, cut to PATH/locale/HOME."""
+    from provisioner.ota.publish import publish
+
+    r1, _ = two_releases
+    bindir = tmp_path / "run-bin"
+    bindir.mkdir()
+    seen = tmp_path / "ostree-env.txt"
+    wrapper = bindir / "ostree"
+    wrapper.write_text(f"#!/bin/sh\nenv >> {seen}\necho --- >> {seen}\nexec {shutil.which('ostree')} \"$@\"\n")
+    wrapper.chmod(0o755)
+    run_env = {"PATH": f"{bindir}:{os.defpath}", "HOME": str(tmp_path), "LANG": "C.UTF-8",
+               "PROVISIONER_HTTP_TOKEN": "tok-s3cret", "PROVISIONER_CONSOLE_PASSWORD": "root-pw"}
+    result = publish(r1, tmp_path / "srv", env=run_env)
+    assert result.release == "r1"
+    text = seen.read_text()                            # the run's PATH found the wrapper: ostree ran through it
+    assert text.count("---") >= 3 and f"PATH={bindir}:" in text
+    assert "s3cret" not in text and "root-pw" not in text and "PROVISIONER_" not in text
