@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -163,6 +164,10 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
     if api:
         row.api = dict(api.get("api") or {})
         row.endpoints = row.endpoints or {m: str(a["endpoint"]) for m, a in row.api.items() if a.get("endpoint")}
+    ota = outcome.payload("update-os")
+    if ota:
+        row.details["update_os"] = {k: ota.get(k) for k in ("outcome", "from", "to")}
+        row.bytes_downloaded += ostree_pulled_bytes(str(ota.get("pull") or ""))
     deploys = [p for p in outcome.payloads if p.get("kind") in ("deploy", "rollback", "launch")]
     if deploys:
         row.details["steps"] = deploys
@@ -173,12 +178,27 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
         row.verdict = "fail"
         if verify and not verify.get("ok") and (outcome.failed_action or "").endswith("verify"):
             row.reason = verify.get("reason") or _short(outcome.msg)
+        elif ota and ota.get("reason"):           # update-os: rolled back (and why) or did not come back
+            row.reason = _short(str(ota["reason"]))
         else:
             row.reason = f"{outcome.failed_task}: {_short(outcome.msg)}"
     else:
         row.verdict = "pass"
         row.reason = ""
     return row
+
+
+#: the summary line ``ostree pull`` prints at the end, e.g. "1 delta parts, 3 loose fetched; 1 KiB transferred
+#: in 0 seconds; 0 bytes content written" (as ostree 2022.7 prints it; units are IEC or SI).
+_OSTREE_XFER = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(bytes|[kKMG]i?B)\s+transferred")
+_UNITS = {"bytes": 1, "kB": 1000, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2, "GB": 1000**3,
+          "GiB": 1024**3}
+
+
+def ostree_pulled_bytes(pull_output: str) -> int:
+    """Bytes an ``ostree pull`` reports it transferred (0 when it fetched nothing or did not say)."""
+    m = _OSTREE_XFER.search(pull_output.replace("\u00a0", " "))
+    return int(float(m.group(1)) * _UNITS.get(m.group(2), 1)) if m else 0
 
 
 def _short(msg: str, n: int = 240) -> str:
@@ -202,3 +222,50 @@ def build_report(run: FleetRun, hosts: list[Host] | None = None) -> FleetReport:
 
 def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
+
+
+def from_pull(directory: Path, hosts: list[Host] | None = None) -> FleetReport:
+    """The fleet report of boards in ansible-pull mode, from the reports they uploaded (``<board>.jsonl``).
+
+    Each file holds the JSON lines of the ``edge_llm.fleet.events`` callback, as a push run streams
+    them to the runner (role edge_llm_pull writes them on the board), after one ``pull`` line with the
+    commit the board ran. The rows are built by the same :func:`row_for` as a push run's; inventory
+    hosts without a report are listed as not-run.
+    """
+    from provisioner.errors import FleetError
+    from provisioner.fleet.runner import EventCollector
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FleetError(f"{directory}: no such directory", "pass --from-pull with the directory the boards upload to")
+    files = sorted(directory.glob("*.jsonl"))
+    if not files:
+        raise FleetError(f"{directory}: no pull reports (*.jsonl)",
+                         "boards write <board>.jsonl after each ansible-pull run (role edge_llm_pull)")
+    outcomes: dict[str, HostOutcome] = {}
+    pulls: dict[str, dict[str, Any]] = {}
+    failed = False
+    for path in files:
+        heads: list[dict[str, Any]] = []
+        collector = EventCollector(lambda ev, heads=heads: heads.append(ev) if ev.get("event") == "pull" else None)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise FleetError(f"{path}: cannot read ({exc})", "check the collector directory's permissions") from None
+        for line in text.splitlines():
+            collector.line(line)
+        for name, outcome in collector.hosts.items():
+            outcomes[name] = outcome
+            failed = failed or outcome.status != "ok"
+        for head in heads:
+            pulls[str(head.get("host"))] = head
+    names = {h.name for h in hosts or []}
+    report = build_report(FleetRun(action="pull", inventory=str(directory), argv=[], returncode=int(failed),
+                                   duration_s=0.0, hosts=outcomes, stats={}, log_path=None), hosts)
+    for row in report.rows:
+        if row.board in pulls:
+            head = pulls[row.board]
+            row.details["pull"] = {k: head.get(k) for k in ("url", "branch", "commit", "rc", "t")}
+        elif row.verdict == "not-run" and row.board in names:
+            row.reason = "no pull report from this board yet"
+    return report

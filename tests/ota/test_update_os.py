@@ -62,7 +62,9 @@ def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
     assert rows["good-8275"]["verdict"] == "pass", rows["good-8275"]
     assert of.booted(fleet, "good-8275") == c2
     assert not (fleet.boards["good-8275"].dir / "sysroot/boot/edge-llm-ota-trial").exists()
-    assert "did not boot" in rows["noboot-8275"]["reason"] and "rolled back" in rows["noboot-8275"]["reason"]
+    assert rows["noboot-8275"]["reason"].startswith(f"update to {c2[:12]} rolled back: the new deployment")
+    assert "did not boot" in rows["noboot-8275"]["reason"]
+    assert rows["noboot-8275"]["details"]["update_os"]["outcome"] == "rolled back"
     assert of.booted(fleet, "noboot-8275") == c1
     assert rows["badnpu-8275"]["verdict"] == "fail"
     assert "rolled back" in rows["badnpu-8275"]["reason"] and "tok/s" in rows["badnpu-8275"]["reason"]
@@ -71,7 +73,11 @@ def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
     hits = server.since(mark)
     assert any("/deltas/" in h.path for h in hits)
     per_board = sum(h.sent for h in hits) / 3
-    assert 0 < per_board < of.full_commit_size(base / "srv", c2, base) / 4
+    full = of.full_commit_size(base / "srv", c2, base)
+    assert 0 < per_board < full / 4
+    # the report says what the board pulled, as ostree counted it (KiB granularity)
+    assert 0 < rows["good-8275"]["bytes_downloaded"] <= per_board + 1024
+    assert rows["good-8275"]["details"]["update_os"]["outcome"] == "updated"
 
 
 def test_rerun_on_updated_board_changes_and_transfers_nothing(ota):
@@ -80,6 +86,8 @@ def test_rerun_on_updated_board_changes_and_transfers_nothing(ota):
     proc, rows = _update(fleet, rel, server.url, base / "r2.json", "--limit", "good-8275")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert rows["good-8275"]["verdict"] == "pass" and rows["good-8275"]["changed"] == 0
+    assert rows["good-8275"]["bytes_downloaded"] == 0
+    assert rows["good-8275"]["details"]["update_os"]["outcome"] == "up-to-date"
     assert server.since(mark) == []
     assert of.booted(fleet, "good-8275") == c2
 

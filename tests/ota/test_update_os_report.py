@@ -1,0 +1,46 @@
+"""Fleet report rows for update-os: the verdict says why (rolled back / did not come back), bytes as ostree counted."""
+
+from __future__ import annotations
+
+from provisioner.fleet import inventory
+from provisioner.fleet.report import build_report, ostree_pulled_bytes
+from provisioner.fleet.runner import EventCollector, FleetRun
+
+C2 = "ab" * 32
+DELTA_PULL = "1 delta parts, 3 loose fetched; 3 KiB transferred in 0 seconds; 0 bytes content written"
+
+
+def _row(*events: dict):
+    c = EventCollector()
+    for e in events:
+        c.feed(e)
+    run = FleetRun("update-os", "inv.yml", [], 2, 1.0, c.hosts, c.stats, None, c.other)
+    return build_report(run, [inventory.Host("a", ["iq_8275_evk"], {"edge_llm_board": "iq-8275-evk"})]).row("a")
+
+
+def _payload(outcome: str, reason: str = "", pull: str = DELTA_PULL) -> dict:
+    return {"event": "host", "host": "a", "task": "Record", "action": "ansible.builtin.debug", "status": "ok",
+            "changed": False, "edge_llm": {"kind": "update-os", "outcome": outcome, "from": "cd" * 32, "to": C2,
+                                           "pull": pull, "reason": reason}}
+
+
+def test_rolled_back_row_says_why_and_what_was_pulled():
+    why = f"update to {C2[:12]} rolled back: smoke:gemma-4-e2b: decode 16.2 tok/s < 25.6"
+    row = _row(_payload("rolled back", why),
+               {"event": "host", "host": "a", "task": "edge_llm_update_os : Report the rollback",
+                "action": "ansible.builtin.fail", "status": "failed", "changed": False, "msg": why})
+    assert (row.verdict, row.reason) == ("fail", why)          # no task-name prefix: the message is the why
+    assert row.bytes_downloaded == 3 * 1024
+    assert row.details["update_os"]["outcome"] == "rolled back"
+
+
+def test_up_to_date_row_pulled_nothing():
+    row = _row(_payload("up-to-date", pull=""))
+    assert (row.verdict, row.bytes_downloaded, row.details["update_os"]["outcome"]) == ("pass", 0, "up-to-date")
+
+
+def test_ostree_pull_summary_units():
+    assert ostree_pulled_bytes("6 metadata, 1 content objects fetched; 196 KiB transferred in 0 seconds; "
+                               "200.0\u00a0kB content written") == 196 * 1024
+    assert ostree_pulled_bytes("1 delta parts, 0 loose fetched; 2.5\u00a0MB transferred in 3 seconds") == 2_500_000
+    assert ostree_pulled_bytes("error: Connection reset by peer") == 0
