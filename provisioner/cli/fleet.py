@@ -78,9 +78,14 @@ def _run(action: str, inventory: Path, limit: str | None, report: Path | None, e
             stderr.print(f"unreachable: {', '.join(unreachable)}", markup=False)
         if report:
             rep.info(f"report: {report}")
-    bad = [r for r in result.rows if r.verdict != "pass"]
+    _fail_unless_all_pass(action, result.rows, report)
+
+
+def _fail_unless_all_pass(action: str, rows: list[Any], report: Path | None) -> None:
+    """Exit 1 (checked and unfit) when any board of the report did not pass."""
+    bad = [r for r in rows if r.verdict != "pass"]
     if bad:
-        raise CheckFailed(f"fleet {action}: {len(bad)} of {len(result.rows)} board(s) did not pass "
+        raise CheckFailed(f"fleet {action}: {len(bad)} of {len(rows)} board(s) did not pass "
                           f"({', '.join(f'{r.board}={r.verdict}' for r in bad[:6])})",
                           "see the reason column" + (f" and {report}" if report else ""))
 
@@ -181,6 +186,32 @@ def benchmark_cmd(inventory: Path, limit: str | None, report: Path | None, extra
         raise FleetError(f"--runs {runs}: must be at least 1", "e.g. --runs 5")
     _run("benchmark", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
          extra_vars={"edge_llm_benchmark_runs": runs})
+
+
+@command.command("report")
+@click.option("--from-pull", "pull_dir", type=click.Path(path_type=Path), required=True,
+              help="Directory of <board>.jsonl reports uploaded by boards in ansible-pull mode (role edge_llm_pull).")
+@click.option("-i", "--inventory", type=click.Path(path_type=Path),
+              help="List these hosts too; a board without a report shows as not-run.")
+@click.option("--limit", "-l", help="Ansible host pattern (with -i).")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here (.json or .csv).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report on stdout.")
+def report_cmd(pull_dir: Path, inventory: Path | None, limit: str | None, report: Path | None,
+               as_json: bool) -> None:
+    """Merge the reports of boards in ansible-pull mode into the usual fleet report (exit 1 if any did not pass)."""
+    from provisioner.fleet.inventory import list_hosts
+    from provisioner.fleet.report import COLUMNS, from_pull
+
+    hosts = list_hosts(inventory, limit) if inventory else None
+    result = from_pull(pull_dir, hosts)
+    if report:
+        result.write(report)
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        stdout.print(table(f"fleet pull reports ({pull_dir})", list(COLUMNS), [r.cells() for r in result.rows]))
+    _fail_unless_all_pass("pull", result.rows, report)
 
 
 @command.command("inventory")
