@@ -161,3 +161,36 @@ def test_pull_mode_reports_once_per_commit(tmp_path):
     finally:
         fleet.stop()
         collector.server.shutdown()
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "provisioner", "fleet", "report", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
+
+
+def test_report_from_pull_refuses_a_directory_without_reports(tmp_path):
+    proc = _run_cli("--from-pull", str(tmp_path))
+    assert proc.returncode == 2 and "no pull reports" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_board_whose_pull_failed_is_a_failed_row_with_the_reason(tmp_path):
+    # what the pull script writes when the clone fails (the playbook never started)
+    lines = [{"event": "pull", "host": "b1", "url": "https://git.lan/fleet.git", "branch": "main", "commit": "",
+              "rc": 1, "t": 1.0},
+             {"event": "host", "host": "b1", "task": "ansible-pull", "action": "ansible-pull", "status": "failed",
+              "changed": False, "msg": "fatal: unable to access 'https://git.lan/fleet.git/'"},
+             {"event": "stats", "hosts": {"b1": {"failures": 1}}}]
+    (tmp_path / "b1.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "r.json"
+    proc = _run_cli("--from-pull", str(tmp_path), "--report", str(out))
+    assert proc.returncode == 1, proc.stderr
+    row = json.loads(out.read_text())["boards"][0]
+    assert row["verdict"] == "fail" and "unable to access" in row["reason"]
+    assert row["details"]["pull"]["url"] == "https://git.lan/fleet.git"
+
+
+def test_role_renders_valid_playbooks():
+    for pb in ("local.yml", "pull.yml"):
+        proc = subprocess.run(["ansible-playbook", "--syntax-check", "-i", "inventory/example.yml", f"playbooks/{pb}"],
+                              cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
