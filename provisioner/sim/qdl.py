@@ -25,6 +25,8 @@ fault sets 2048), ``PROVISIONER_SIM_QDL_FAIL_AT=<label>`` (firehose NAKs that pa
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import re
 import signal
@@ -32,6 +34,7 @@ import struct
 import sys
 import time
 import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree
@@ -402,39 +405,38 @@ class Device:
         if self.board is None:
             return
         with open(self.board.lun_path(lun), "r+b") as fh:
-            _zero_range(fh, offset, length)
+            _zero_range(fh.fileno(), offset, length)
 
-    def write_extents(self, lun: int, base: int, extents, limit: int, rate_kbps: float = 0.0) -> None:
+    def write_extents(self, lun: int, base: int, image: Path, extents: Iterable[Extent], limit: int,
+                      usb: UsbClock | None = None) -> None:
         """Write an image's extents at byte ``base`` of the LUN, up to ``limit`` bytes.
 
-        Zero extents become holes (punched, so a re-flash really clears old data while LUN
-        images stay sparse); ``rate_kbps`` throttles like a slow USB link.
+        Data is copied kernel-side (``copy_file_range``), never through Python buffers, the way
+        real qdl's cost is the USB link and not the host CPU; zero extents become holes (punched,
+        so a re-flash really clears old data while LUN images stay sparse). ``usb`` paces the
+        bytes to the modelled link rate by sleeping.
         """
         if self.board is None:
             return
-        t0 = time.monotonic()
         done = 0
-        with open(self.board.lun_path(lun), "r+b") as fh:
-            for off, data, length in extents:
-                if off >= limit:
+        with open(self.board.lun_path(lun), "r+b") as out, open(image, "rb") as src:
+            for ext in extents:
+                if ext.offset >= limit:
                     break
-                length = min(length, limit - off)
-                if data is None:
-                    fh.flush()
-                    _zero_range(fh, base + off, length)
-                else:
-                    fh.seek(base + off)
-                    fh.write(data[:length])
-                done = off + length
-                if rate_kbps > 0:
-                    ahead = done / 1024 / rate_kbps - (time.monotonic() - t0)
-                    if ahead > 0:
-                        fh.flush()
-                        time.sleep(ahead)
+                length = min(ext.length, limit - ext.offset)
+                for pos, n in _slices(ext.offset, length, usb):
+                    if ext.src is not None:
+                        _copy_range(src.fileno(), ext.src + (pos - ext.offset), out.fileno(), base + pos, n)
+                    elif ext.fill is not None:
+                        os.pwrite(out.fileno(), ext.fill * (n // len(ext.fill)), base + pos)
+                    else:
+                        _zero_range(out.fileno(), base + pos, n)
+                    if usb is not None:
+                        usb.spend(n)
+                done = ext.offset + length
             end = -(-done // self.sector_size) * self.sector_size      # zero-pad the last sector
             if end > done:
-                fh.flush()
-                _zero_range(fh, base + done, min(end, limit) - done)
+                _zero_range(out.fileno(), base + done, min(end, limit) - done)
 
     def read(self, lun: int, offset: int, length: int) -> bytes:
         if self.board is None:
@@ -446,81 +448,154 @@ class Device:
 
 SPARSE_MAGIC = 0xED26FF3A
 CHUNK_RAW, CHUNK_FILL, CHUNK_DONT_CARE, CHUNK_CRC32 = 0xCAC1, 0xCAC2, 0xCAC3, 0xCAC4
-IO_CHUNK = 1 << 20
+PACE_CHUNK = 256 * 1024          # bytes between two pacing sleeps on a throttled link
 
 
-def image_extents(path: Path, skip: int, sparse: bool):
-    """(expanded size, iterator of (offset, bytes | None for zeros, length)) for an image file.
+@dataclass(frozen=True)
+class Extent:
+    """A piece of the expanded image at ``offset``: the image file's bytes at ``src``, a repeated
+    4-byte ``fill`` pattern (sparse FILL chunk), or zeros (both None)."""
+
+    offset: int
+    length: int
+    src: int | None = None
+    fill: bytes | None = None
+
+
+def image_extents(path: Path, skip: int, sparse: bool) -> tuple[int, Iterator[Extent]]:
+    """(expanded size, iterator of :class:`Extent`) for an image file; reads headers, never data.
 
     Android sparse images (``sparse="true"``, qdl >= 2.2) are expanded chunk by chunk; DONT_CARE
-    chunks are not written at all, as on the real device.
+    chunks are not written at all, as on the real device. A raw image's holes (``SEEK_HOLE``)
+    become zero extents, its data ranges file ranges.
     """
     with open(path, "rb") as fh:
         head = fh.read(28)
     if sparse and len(head) == 28 and struct.unpack_from("<I", head)[0] == SPARSE_MAGIC:
         _, _, _, hdr_sz, chunk_hdr_sz, blk_sz, total_blks, total_chunks, _ = struct.unpack("<IHHHHIIII", head)
+        file_size = path.stat().st_size
 
-        def sparse_iter():
+        def sparse_iter() -> Iterator[Extent]:
             with open(path, "rb") as fh:
-                fh.seek(hdr_sz)
-                off = 0
+                pos, off = hdr_sz, 0
                 for _ in range(total_chunks):
-                    ch = fh.read(chunk_hdr_sz)
-                    ctype, _, nblk, total = struct.unpack_from("<HHII", ch)
+                    ch = os.pread(fh.fileno(), chunk_hdr_sz, pos)
+                    if len(ch) < 12:
+                        raise QdlFailure(f"{path.name}: sparse image is truncated")
+                    ctype, _, nblk, _ = struct.unpack_from("<HHII", ch)
+                    pos += chunk_hdr_sz
                     length = nblk * blk_sz
                     if ctype == CHUNK_RAW:
-                        left, pos = length, off
-                        while left:
-                            data = fh.read(min(left, IO_CHUNK))
-                            if not data:
-                                raise QdlFailure(f"{path.name}: sparse image is truncated")
-                            yield pos, (None if data.count(0) == len(data) else data), len(data)
-                            pos += len(data)
-                            left -= len(data)
+                        if pos + length > file_size:
+                            raise QdlFailure(f"{path.name}: sparse image is truncated")
+                        yield Extent(off, length, src=pos)
+                        pos += length
                     elif ctype == CHUNK_FILL:
-                        value = fh.read(4)
-                        yield off, (None if value == b"\0\0\0\0" else value * (length // 4)), length
+                        value = os.pread(fh.fileno(), 4, pos)
+                        pos += 4
+                        yield Extent(off, length, fill=None if value == b"\0\0\0\0" else value)
                     elif ctype == CHUNK_CRC32:
-                        fh.read(4)
+                        pos += 4
                     elif ctype != CHUNK_DONT_CARE:
                         raise QdlFailure(f"{path.name}: unknown sparse chunk type 0x{ctype:04x}")
                     off += length
         return blk_sz * total_blks, sparse_iter()
 
-    size = max(0, path.stat().st_size - skip)
+    end = path.stat().st_size
+    size = max(0, end - skip)
 
-    def raw_iter():
+    def raw_iter() -> Iterator[Extent]:
         with open(path, "rb") as fh:
-            fh.seek(skip)
-            off = 0
-            while True:
-                data = fh.read(IO_CHUNK)
-                if not data:
-                    return
-                yield off, (None if data.count(0) == len(data) else data), len(data)
-                off += len(data)
+            fd, pos = fh.fileno(), skip
+            while pos < end:
+                try:
+                    data = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as exc:      # ENXIO: only a hole is left; EINVAL: no hole support
+                    data = end if exc.errno == errno.ENXIO else pos
+                if data > pos:
+                    yield Extent(pos - skip, min(data, end) - pos)
+                    pos = data
+                    if pos >= end:
+                        return
+                try:
+                    hole = min(os.lseek(fd, pos, os.SEEK_HOLE), end)
+                except OSError:
+                    hole = end
+                yield Extent(pos - skip, hole - pos, src=pos)
+                pos = hole
     return size, raw_iter()
 
 
-def _zero_range(fh, offset: int, length: int) -> None:
-    """Zero ``length`` bytes at ``offset``: punch a hole (stays sparse), else write zeros."""
-    if length <= 0:
-        return
+def _slices(offset: int, length: int, usb: UsbClock | None) -> Iterator[tuple[int, int]]:
+    """One slice unthrottled (the kernel copies it at once), else PACE_CHUNK pieces to pace."""
+    step = length if usb is None or not usb.rate else PACE_CHUNK
+    pos, stop = offset, offset + length
+    while pos < stop:
+        n = min(step, stop - pos)
+        yield pos, n
+        pos += n
+
+
+def _copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int) -> None:
+    """Copy ``length`` bytes file to file in the kernel; pread/pwrite where copy_file_range is not."""
+    while length > 0:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, length, src_off, dst_off)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            n = os.pwrite(dst_fd, os.pread(src_fd, min(length, 1 << 20), src_off), dst_off)
+        if n <= 0:                          # the image shrank under us: the rest reads as zeros
+            _zero_range(dst_fd, dst_off, length)
+            return
+        src_off, dst_off, length = src_off + n, dst_off + n, length - n
+
+
+@functools.cache
+def _fallocate() -> Callable[[int, int, int, int], int] | None:
+    """libc fallocate(2), looked up once per process (Python's os has no PUNCH_HOLE)."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-        if libc.fallocate(fh.fileno(), 0x01 | 0x02, offset, length) == 0:   # KEEP_SIZE | PUNCH_HOLE
-            return
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
+        fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        return fn
     except (OSError, AttributeError):
-        pass
-    fh.seek(offset)
-    left = length
-    while left:
-        n = min(left, IO_CHUNK)
-        fh.write(b"\0" * n)
-        left -= n
+        return None
+
+
+def _zero_range(fd: int, offset: int, length: int) -> None:
+    """Zero ``length`` bytes at ``offset``: punch a hole (stays sparse), else write zeros."""
+    if length <= 0:
+        return
+    fallocate = _fallocate()
+    if fallocate is not None and fallocate(fd, 0x01 | 0x02, offset, length) == 0:   # KEEP_SIZE | PUNCH_HOLE
+        return
+    zeros = bytes(min(length, 1 << 20))
+    while length:
+        n = os.pwrite(fd, zeros[:min(length, len(zeros))], offset)
+        offset, length = offset + n, length - n
+
+
+class UsbClock:
+    """The modelled USB link: every byte costs ``1 / rate`` seconds from the moment qdl starts
+    talking to the device, and :meth:`spend` sleeps until the link would have carried it.
+
+    One clock for the whole run (not one per partition), so the stand-in's own CPU time (Python
+    start-up, XML, the copies) hides under the modelled transfer time, as real qdl's does under
+    USB waits; rate 0 models nothing and never sleeps.
+    """
+
+    def __init__(self, rate_kbps: float) -> None:
+        self.rate = rate_kbps * 1024
+        self.t0 = time.monotonic()
+        self.due = 0.0
+
+    def spend(self, nbytes: int = 0, seconds: float = 0.0) -> None:
+        self.due += seconds + (nbytes / self.rate if self.rate else 0.0)
+        ahead = self.t0 + self.due - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
 
 
 def resolve(filename: str, xml: Path, include: list[str]) -> Path | None:
@@ -589,8 +664,8 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
     try:
         if not old:
             _out(f"Talking to device (PID 0x{catalog.usb_ids()['edl_product']}, serial: {dev_serial})")
-        _sahara(programmer, old)
-        rate = 0.0 if direct else _rate(board)
+        usb = UsbClock(0.0 if direct else _rate(board))
+        _sahara(programmer, old, usb)
         fail_at = os.environ.get("PROVISIONER_SIM_QDL_FAIL_AT")
         drop_at = os.environ.get("PROVISIONER_SIM_QDL_DROP_AT")
         if board is not None and board.has_fault("edl-drop") and not drop_at and not direct:
@@ -631,12 +706,12 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
                 _err("firehose: ERROR: Failed to program the partition (NAK)")
                 raise QdlFailure(f"flashing of {prog.label} failed")
             if drop_at and prog.label == drop_at and board is not None:
-                device.write_extents(prog.lun, start * sector_size, extents, size // 2)
+                device.write_extents(prog.lun, start * sector_size, path, extents, size // 2)
                 board.set_state("off")
                 _err("qdl: failed to write: LIBUSB_ERROR_NO_DEVICE (device disconnected)")
                 raise QdlFailure(f"flashing of {prog.label} failed")
             t0 = time.monotonic()
-            device.write_extents(prog.lun, start * sector_size, extents, sectors * sector_size, rate_kbps=rate)
+            device.write_extents(prog.lun, start * sector_size, path, extents, sectors * sector_size, usb)
             elapsed = time.monotonic() - t0
             kbps = int(size / 1024 / max(elapsed, 1e-4))
             if old:
@@ -687,7 +762,7 @@ def _claim(board: VirtualBoard) -> int:
     return fd
 
 
-def _sahara(programmer: Path, old: bool) -> None:
+def _sahara(programmer: Path, old: bool, usb: UsbClock) -> None:
     data = programmer.read_bytes()
     if old:
         _err("HELLO version: 0x2 compatible: 0x1 max_len: 1024 mode: 0")
@@ -701,7 +776,7 @@ def _sahara(programmer: Path, old: bool) -> None:
         raise QdlFailure(f"sahara: {programmer.name} is not a valid programmer ELF image (device rejected it)")
     if not old:
         _out("waiting for Firehose programmer...")
-    time.sleep(0.05)
+    usb.spend(len(data), seconds=0.05)            # the programmer's upload and its start on the device
 
 
 def _apply_patch(device: Device, patch, sector_size: int) -> None:

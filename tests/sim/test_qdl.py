@@ -278,3 +278,55 @@ def test_unknown_tag_fails_a_rawprogram_but_not_a_patch_file(broken, sim):
     res = run(qdl_cmd(tools["qdl"], broken, "--serial", vb.serial))
     assert res.returncode == 0, res.stderr
     assert 'unrecognized tag "frobnicate" in patch-type file, ignoring' in res.stderr
+
+
+class _FakeClock:
+    """Stands in for the ``time`` module inside the stand-in: sleeping advances it, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+def test_modelled_usb_time_absorbs_the_stand_ins_own_work(bundle, sim, monkeypatch):
+    """A flash lasts what the link needs for its bytes, from the moment qdl talks to the device,
+    however slow the host side is: the 8-board station benchmark measures the station, not Python."""
+    from provisioner.sim import qdl
+
+    root, _ = sim
+    _board(root)
+    clock = _FakeClock()
+    lines: list[tuple[float, str]] = []
+
+    def slow_out(msg: str) -> None:             # every line qdl prints costs the host 10 ms here
+        lines.append((clock.now, msg))
+        clock.now += 0.01
+
+    rate_kbps = 1024
+    monkeypatch.setenv("PROVISIONER_SIM_QDL_RATE_KBPS", str(rate_kbps))
+    monkeypatch.setattr(qdl, "time", clock)
+    monkeypatch.setattr(qdl, "_out", slow_out)
+    monkeypatch.setattr(qdl, "_err", lambda msg: None)
+    args = qdl.parse_args(qdl_cmd(Path("qdl"), bundle)[1:], "2.5")
+    assert qdl.flash(args, root, "2.5") == 0
+    talk = next(t for t, msg in lines if msg.startswith("Talking to device"))
+    end = lines[-1][0]
+    flashed = sum(1 for _, msg in lines if msg.startswith("flashed "))
+    assert flashed > 10
+    sizes = [(bundle / "prog_firehose_ddr.elf").stat().st_size]     # what the modelled link carries
+    for xml in args.files:
+        for prog in qdl.load_flash_file(Path(xml))[0]:
+            if not prog.skipped and not prog.erase:
+                size = qdl.resolve(prog.filename, prog.xml, []).stat().st_size
+                sizes.append(min(size, prog.num_partition_sectors * 4096 or size))
+    modelled = 0.05 + sum(sizes) / 1024 / rate_kbps
+    assert end - talk >= modelled                             # the link was modelled, bytes and the programmer's start
+    assert end - talk <= modelled + 0.1, (end - talk, modelled, flashed)   # the host's 10 ms lines did not add up
