@@ -93,7 +93,7 @@ def model_version_id(sha256: str | None, fallback: str) -> str:
 
 @dataclass(frozen=True)
 class RunEnv:
-    """Environment a runtime needs on the board (notes: 'Run environment')."""
+    """Environment a runtime needs on the board (the QAIRT docs' run environment for HTP on Linux)."""
 
     ld_library_path: str
     adsp_library_path: str

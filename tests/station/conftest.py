@@ -79,3 +79,18 @@ class Station:
 @pytest.fixture
 def station(tmp_path) -> Station:
     return Station(tmp_path)
+
+
+def qdl_pids(sim_root: Path) -> list[int]:
+    """Live qdl stand-ins of this sim root (its PROVISIONER_SIM_ROOT is in their environment)."""
+    needle = f"PROVISIONER_SIM_ROOT={sim_root}".encode()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if b"provisioner.sim.qdl" in (d / "cmdline").read_bytes() and needle in (d / "environ").read_bytes():
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out

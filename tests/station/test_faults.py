@@ -20,24 +20,10 @@ import yaml
 
 from provisioner.cli import main
 from provisioner.station.records import FAILED, INTERRUPTED, OUTCOME_PREFIX, PASSED, Records
+from tests.station.conftest import qdl_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE_ID = "gemma4-e2b-iq8275-2026.11"
-
-
-def _qdl_pids(sim_root: Path) -> list[int]:
-    """Live qdl stand-ins of this sim root (its PROVISIONER_SIM_ROOT is in their environment)."""
-    needle = f"PROVISIONER_SIM_ROOT={sim_root}".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if b"provisioner.sim.qdl" in (d / "cmdline").read_bytes() and needle in (d / "environ").read_bytes():
-                out.append(int(d.name))
-        except OSError:
-            continue
-    return out
 
 
 def _start_station(station, release: Path, db: Path, *, qdl: str | None = None, rate_kbps: int = 400,
@@ -61,7 +47,7 @@ def _wait_flashing(db: Path, station, n: int, timeout_s: float = 30) -> list[dic
             with Records(db, writer=False) as rec:
                 rows = rec.history()
             if (len(rows) == n and all(r["state"] == "flashing" for r in rows)
-                    and len(_qdl_pids(station.root)) == n):
+                    and len(qdl_pids(station.root)) == n):
                 return rows
         time.sleep(0.05)
     raise AssertionError(f"station never flashed {n} board(s): {rows}")
@@ -81,7 +67,7 @@ def _kill_all(proc: subprocess.Popen, station) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-    for pid in _qdl_pids(station.root):
+    for pid in qdl_pids(station.root):
         os.kill(pid, signal.SIGKILL)
 
 
@@ -115,10 +101,10 @@ def test_kill_9_of_the_station_ends_its_qdl(station, release_8275, tmp_path):
                           rate_kbps=40)
     try:
         _wait_flashing(db, station, 2)
-        qdls = _qdl_pids(station.root)
+        qdls = qdl_pids(station.root)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        assert _gone(qdls), f"qdl outlived the station: {_qdl_pids(station.root)}"
+        assert _gone(qdls), f"qdl outlived the station: {qdl_pids(station.root)}"
     finally:
         _kill_all(proc, station)
     with Records(db) as rec:
@@ -140,7 +126,7 @@ def test_a_surviving_qdl_is_reported_and_ended_before_the_board_is_flashed_again
         proc.wait(timeout=10)
         with Records(db, writer=False) as rec:
             first = rec.history()[0]
-        assert _qdl_pids(station.root) == [first.get("qdl_pid")]  # still writing the board, holding its USB
+        assert qdl_pids(station.root) == [first.get("qdl_pid")]  # still writing the board, holding its USB
         rerun = _start_station(station, release_8275, db, rate_kbps=0, serials=[board.serial])
         _, err = rerun.communicate(timeout=120)
     finally:
@@ -148,7 +134,7 @@ def test_a_surviving_qdl_is_reported_and_ended_before_the_board_is_flashed_again
     assert rerun.returncode == 0, err
     assert (f"warning: attempt {first['id']} (board {board.serial}): the station died while qdl pid "
             f"{first['qdl_pid']} was writing the board; ended it") in " ".join(err.split())
-    assert _qdl_pids(station.root) == []
+    assert qdl_pids(station.root) == []
     with Records(db, writer=False) as rec:
         hist = {h["id"]: h for h in rec.history()}
     assert hist[first["id"]]["result"] == INTERRUPTED

@@ -16,23 +16,11 @@ from provisioner.cli import main
 from provisioner.contracts.inventory import group_name
 from provisioner.errors import StationError
 from provisioner.station.records import INTERRUPTED, PASSED, Records, build_inventory
+from tests.station.conftest import qdl_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _qdl_pids(sim_root: Path) -> list[int]:
-    """qdl stand-ins started for this sim root (found by the PROVISIONER_SIM_ROOT in their environment)."""
-    needle = f"PROVISIONER_SIM_ROOT={sim_root}".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if b"provisioner.sim.qdl" in (d / "cmdline").read_bytes() and needle in (d / "environ").read_bytes():
-                out.append(int(d.name))
-        except OSError:
-            continue
-    return out
 
 
 def test_kill_9_mid_flash_leaves_a_consistent_database(station, release_8275, tmp_path):
@@ -59,7 +47,7 @@ def test_kill_9_mid_flash_leaves_a_consistent_database(station, release_8275, tm
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in _qdl_pids(station.root):
+        for pid in qdl_pids(station.root):
             os.kill(pid, signal.SIGKILL)
     # the next station start marks both attempts interrupted, nothing else changes
     with Records(db) as rec:
@@ -172,7 +160,7 @@ def test_ctrl_c_stops_qdl_and_records_interrupted(station, release_8275, tmp_pat
                 if len(rows) == 2 and all(r["state"] == "flashing" for r in rows):
                     break
             time.sleep(0.1)
-        assert _qdl_pids(station.root)
+        assert qdl_pids(station.root)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
     finally:
@@ -180,9 +168,9 @@ def test_ctrl_c_stops_qdl_and_records_interrupted(station, release_8275, tmp_pat
             proc.kill()
     assert proc.returncode == 130 and "interrupted" in err
     deadline = time.monotonic() + 5
-    while _qdl_pids(station.root) and time.monotonic() < deadline:
+    while qdl_pids(station.root) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _qdl_pids(station.root) == []
+    assert qdl_pids(station.root) == []
     with Records(db) as rec:
         hist = rec.history()
         assert rec.recovered == []
