@@ -1,7 +1,9 @@
-"""OSTree helpers for the update-os tests: commits of the synthetic rootfs, a published repo, OTA boards.
+"""OSTree helpers for the update-os tests: releases built and published the way a user does it.
 
-Built with the real ``ostree`` CLI, the way meta-updater's image_types_ostree.bbclass lays a commit
-out (``/etc`` moved to ``/usr/etc``, the kernel under ``/usr/lib/modules/<version>/``). Tests only.
+A release's commit comes from the simulated build (:func:`provisioner.sim.ostree_image.build_commit`,
+meta-updater's IMAGE_CMD:ostree/ostreecommit with the real ``ostree``), is collected into the release
+folder as ``build`` does, and goes into the served repository through ``provisioner ota publish``
+(which adds the static delta from the commit the branch named before). Tests only.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from provisioner.sim import host, ostree_board
 from tests.fleet.simfleet import SimFleet
 
-BRANCH = "iq-8275-evk"
+BRANCH = "iq-8275-evk"           # OSTREE_BRANCHNAME ?= SOTA_HARDWARE_ID ??= MACHINE (meta-updater sota.bbclass)
+IMAGE = "qcom-multimedia-image"
+KERNEL_VERSION = "6.6.0-qli"
 SIM_VARS = {"edge_llm_update_os_sysroot": "/run/edge-llm-sim/sysroot",
             "edge_llm_update_os_reboot_command": "/run/edge-llm-sim/reboot",
             "edge_llm_update_os_reboot_timeout": 40}
@@ -24,42 +29,51 @@ def ostree(*args: str) -> str:
     return subprocess.run(["ostree", *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def commit_tree(rootfs: Path, work: Path, repo: Path, build_id: str, extra: dict[str, bytes] | None = None) -> str:
-    """Commit ``rootfs`` (BUILD_ID set, ``extra`` files added) to the archive repo ``repo``."""
-    tree = work / f"tree-{build_id}"
+def image_tree(rootfs: Path, work: Path, build_id: str, extra: dict[str, bytes] | None = None) -> Path:
+    """The image rootfs a sota build would commit: the board's rootfs with this BUILD_ID, the kernel
+    where meta-updater's ostree-kernel package puts it (``${nonarch_base_libdir}/modules/*/vmlinuz``,
+    recipes-sota/ostree-kernel-initramfs @ f0e1ccaf) and ``extra`` files. ``/opt`` is left out: the
+    build drops it from the commit anyway ("Data in 'opt' directory is not preserved by OSTree")."""
+    tree = work / f"image-{build_id}"
     shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(rootfs, tree, symlinks=True)
-    (tree / "usr").mkdir(exist_ok=True)
+    shutil.copytree(rootfs, tree, symlinks=True, ignore=lambda d, names: ["opt"] if Path(d) == rootfs else [])
     osr = tree / "etc/os-release"
     if osr.is_symlink():
         osr.unlink()
-    text = osr.read_text() if osr.is_file() else 'ID=qcom-distro\n'
+    text = osr.read_text() if osr.is_file() else "ID=qcom-distro\n"
     lines = [ln for ln in text.splitlines() if not ln.startswith("BUILD_ID=")] + [f'BUILD_ID="{build_id}"']
     osr.write_text("\n".join(lines) + "\n")
-    shutil.move(str(tree / "etc"), str(tree / "usr/etc"))
-    shutil.rmtree(tree / "opt", ignore_errors=True)       # /opt stays the board's (not in the commit)
-    kdir = tree / "usr/lib/modules/6.6.0-qli"
+    kdir = tree / "usr/lib/modules" / KERNEL_VERSION
     kdir.mkdir(parents=True, exist_ok=True)
     (kdir / "vmlinuz").write_bytes(b"synthetic kernel\n" * 64)
     for rel, data in (extra or {}).items():
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_bytes(data)
-    if not (repo / "config").exists():
-        ostree(f"--repo={repo}", "init", "--mode=archive")
-    return ostree(f"--repo={repo}", "commit", f"--branch={BRANCH}", f"--tree=dir={tree}",
-                  f"--subject=Commit-id: {build_id}", f"--add-metadata-string=version={build_id}")
+    return tree
 
 
-def publish(repo: Path, from_commit: str, to_commit: str) -> None:
-    ostree(f"--repo={repo}", "static-delta", "generate", f"--from={from_commit}", f"--to={to_commit}")
-    ostree(f"--repo={repo}", "summary", "-u")
+def build_release(base: Path, build_id: str, tree: Path) -> tuple[Path, str]:
+    """A release folder as `build` leaves it (release.json ``ota`` + the tarball); (folder, commit).
+    Successive builds share ``base/build`` like the deploy folder's ostree_repo (the new commit's parent
+    is the previous one)."""
+    from provisioner.ota.commit import collect
+    from provisioner.sim.ostree_image import build_commit
+
+    tarball, commit, _ = build_commit(tree, base / "build", base / f"deploy-{build_id}", image=IMAGE,
+                                      machine=BRANCH)
+    rel = base / f"rel-{build_id}"
+    rel.mkdir(parents=True, exist_ok=True)
+    ota = collect(tarball, rel, BRANCH)
+    (rel / "release.json").write_text(json.dumps({"format": 1, "release": build_id, "board": BRANCH, "ota": ota}))
+    return rel, commit
 
 
-def release_dir(path: Path, build_id: str, commit: str) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "release.json").write_text(json.dumps({"release": build_id, "ota": {
-        "kind": "ostree", "branch": BRANCH, "commit": commit}}))
-    return path
+def publish(release: Path, repo: Path) -> str:
+    """``provisioner ota publish RELEASE --repo DIR``, as a user runs it; returns its output."""
+    proc = subprocess.run([sys.executable, "-m", "provisioner", "ota", "publish", str(release), "--repo", str(repo)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
 
 
 def make_ota_boards(fleet: SimFleet, repo: Path, commit: str) -> None:

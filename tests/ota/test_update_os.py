@@ -41,13 +41,15 @@ def ota(tmp_path_factory):
     fleet = build_fleet(base / "sim", specs, cache=base / "cache")
     repo = base / "srv"
     rootfs = fleet.rootfs("good-8275")
-    c1 = of.commit_tree(rootfs, base, repo, "base-1")
-    c2 = of.commit_tree(rootfs, base, repo, "os-2", {"usr/lib/edge-llm/security-fix.txt": b"fixed\n" * 100})
-    of.publish(repo, c1, c2)
+    rel1, c1 = of.build_release(base, "base-1", of.image_tree(rootfs, base, "base-1"))
+    rel2, c2 = of.build_release(base, "os-2", of.image_tree(rootfs, base, "os-2",
+                                                            {"usr/lib/edge-llm/security-fix.txt": b"fixed\n" * 100}))
+    of.publish(rel1, repo)
+    assert f"static delta {c1[:12]} -> {c2[:12]}" in of.publish(rel2, repo)
     of.make_ota_boards(fleet, repo, c1)
     server = ArtifactServer(repo)
     try:
-        yield fleet, base, server, c1, c2, of.release_dir(base / "rel-2", "os-2", c2)
+        yield fleet, base, server, c1, c2, rel2
     finally:
         server.close()
         fleet.stop()
