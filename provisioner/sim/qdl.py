@@ -581,14 +581,15 @@ class UsbClock:
     """The modelled USB link: every byte costs ``1 / rate`` seconds from the moment qdl starts
     talking to the device, and :meth:`spend` sleeps until the link would have carried it.
 
-    One clock for the whole run (not one per partition), so the stand-in's own CPU time (Python
-    start-up, XML, the copies) hides under the modelled transfer time, as real qdl's does under
-    USB waits; rate 0 models nothing and never sleeps.
+    One clock for the whole run (not one per partition), so the stand-in's own CPU time (the
+    copies, its lines) hides under the modelled transfer time, as real qdl's does under USB waits.
+    ``host_s`` is CPU the stand-in already spent (Python start-up, XML) that the real C tool does
+    not have: the clock starts that much earlier. Rate 0 models no link time.
     """
 
-    def __init__(self, rate_kbps: float) -> None:
+    def __init__(self, rate_kbps: float, host_s: float = 0.0) -> None:
         self.rate = rate_kbps * 1024
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() - host_s
         self.due = 0.0
 
     def spend(self, nbytes: int = 0, seconds: float = 0.0) -> None:
@@ -620,11 +621,13 @@ def _rate(board: VirtualBoard | None) -> float:
     return 0.0
 
 
-def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = None) -> int:
+def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = None,
+          own_process: bool = False) -> int:
     """Everything after option parsing; returns the exit status.
 
     ``board`` given: flash that board directly (no USB wait) - how ``sim up --state booted``
-    installs an image without a station.
+    installs an image without a station. ``own_process``: this is the ``qdl`` command, whose CPU
+    so far is the stand-in's start-up (see :class:`UsbClock`).
     """
     old = flavor == "debian-2022"
     direct = board is not None        # factory install by the sim itself: no USB faults, no throttling
@@ -664,7 +667,7 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
     try:
         if not old:
             _out(f"Talking to device (PID 0x{catalog.usb_ids()['edl_product']}, serial: {dev_serial})")
-        usb = UsbClock(0.0 if direct else _rate(board))
+        usb = UsbClock(0.0 if direct else _rate(board), time.process_time() if own_process else 0.0)
         _sahara(programmer, old, usb)
         fail_at = os.environ.get("PROVISIONER_SIM_QDL_FAIL_AT")
         drop_at = os.environ.get("PROVISIONER_SIM_QDL_DROP_AT")
@@ -889,7 +892,7 @@ def main(argv: list[str] | None = None) -> int:
         except _Version:
             _out(f"qdl version {VERSION}")
             return 0
-        return flash(args, root, flavor)
+        return flash(args, root, flavor, own_process=True)
     except QdlFailure as exc:
         _err(str(exc))
         return 1
