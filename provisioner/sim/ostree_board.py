@@ -11,10 +11,11 @@ What is simulated is the boot side, the part meta-updater's board classes give a
   ``sysroot/boot/loader/entries`` and boots the one with the highest ``version`` (the default);
   its ``options`` line carries ``ostree=/ostree/boot.N/...``, which becomes the board's
   ``/proc/cmdline`` and names the booted deployment (ostree-prepare-root follows that link);
-- *boot counting* (u-boot's ``bootcount``/``bootlimit`` with ``upgrade_available``): while
+- *boot counting* (on the QCOM boards systemd-boot counts tries in the BLS entry's file name:
+  uptane/meta-updater @ f0e1ccaf classes/sota_qcom.bbclass, ``sysroot.boot-counting-tries:3``): while
   ``sysroot/boot/edge-llm-ota-trial`` names a deployment, booting it counts one try; a deployment
-  that does not come up (fault ``ota-no-boot``) exhausts the single try and the bootloader boots the
-  next entry in the same reboot cycle. Removing the file is the "commit" (upgrade_available=0);
+  that does not come up (fault ``ota-no-boot``) exhausts its tries and the bootloader boots the
+  next entry in the same reboot cycle. Removing the file is the "commit" (the entry marked good);
 - "reboot" swaps the board's root: the namespace serves the booted deployment's ``/etc``, ``/usr``
   and ``/opt`` instead of the flashed rootfs; ``/proc/sys/kernel/random/boot_id`` changes.
 
