@@ -32,6 +32,7 @@ import os
 import random
 import re
 import resource
+import struct
 import sys
 import time
 from dataclasses import dataclass, field
@@ -300,12 +301,78 @@ def _match_model(view: BoardView, name: str, kind: str, meta: dict[str, Any]) ->
     return None
 
 
+LITERTLM_MAGIC = b"LITERTLM"
+LITERTLM_PREAMBLE = 32   # magic, u32 major/minor/patch, 4 bytes padding, u64 header end offset
+
+
+def _fb_table_field(buf: bytes, table: int, slot: int) -> int | None:
+    """Absolute position of field ``slot`` of the flatbuffer table at ``table`` (None: absent)."""
+    vtable = table - struct.unpack_from("<i", buf, table)[0]
+    vt_size = struct.unpack_from("<H", buf, vtable)[0]
+    at = 4 + 2 * slot
+    if at + 2 > vt_size:
+        return None
+    off = struct.unpack_from("<H", buf, vtable + at)[0]
+    return table + off if off else None
+
+
+def _fb_deref(buf: bytes, pos: int) -> int:
+    return pos + struct.unpack_from("<I", buf, pos)[0]
+
+
+def litertlm_extent(path: Path) -> int | None:
+    """How long the file must be for the runtime to load it: the header end and every section's end.
+
+    What LiteRT-LM's loader reads (google-ai-edge/LiteRT-LM @767d74f9, schema/core/litertlm_read.cc:
+    magic ``LITERTLM``, three u32 versions, 4 bytes padding, u64 header end offset, then the
+    ``LiteRTLMMetaData`` flatbuffer of schema/core/litertlm_header_schema.fbs, whose
+    ``section_metadata.objects[]`` carry ``begin_offset``/``end_offset``). Each section is mapped
+    with runtime/util/memory_mapped_file_posix.cc, which refuses a range past the end of the file
+    ("Length and offset too large"), so a file cut anywhere before its last section's end fails to
+    load, whatever a model.json beside it says. None: not a LiteRT-LM container (or a header this
+    reader does not understand) - then only model.json can tell.
+    """
+    try:
+        with open(path, "rb") as fh:
+            pre = fh.read(LITERTLM_PREAMBLE)
+            if len(pre) < LITERTLM_PREAMBLE or pre[:8] != LITERTLM_MAGIC:
+                return None
+            header_end = struct.unpack_from("<Q", pre, 24)[0]
+            if header_end < LITERTLM_PREAMBLE or header_end > (64 << 20):
+                return None
+            buf = fh.read(header_end - LITERTLM_PREAMBLE)
+    except OSError:
+        return None
+    if len(buf) < header_end - LITERTLM_PREAMBLE:
+        return header_end                                  # "Failed to read header data."
+    try:
+        root = _fb_deref(buf, 0)
+        sm_field = _fb_table_field(buf, root, 1)           # LiteRTLMMetaData.section_metadata
+        if sm_field is None:
+            return header_end
+        objs_field = _fb_table_field(buf, _fb_deref(buf, sm_field), 0)   # SectionMetadata.objects
+        if objs_field is None:
+            return header_end
+        vec = _fb_deref(buf, objs_field)
+        extent = header_end
+        for i in range(struct.unpack_from("<I", buf, vec)[0]):
+            obj = _fb_deref(buf, vec + 4 + 4 * i)
+            end = _fb_table_field(buf, obj, 2)             # SectionObject.end_offset (ulong)
+            if end is not None:
+                extent = max(extent, struct.unpack_from("<Q", buf, end)[0])
+        return extent
+    except struct.error:
+        return None
+
+
 def read_litertlm(view: BoardView, path: Path) -> ModelView:
     meta = _model_meta(path)
     size = path.stat().st_size
-    # The virtual runtime reads the file its own way (embedded meta, a scan for the QAIRT stamp), never
-    # with the product's inspector: what it stands in for is the runtime, not `provisioner inspect`.
-    declared = declared_sizes(meta).get(path.name) or meta.get("size")
+    # The virtual runtime reads the file its own way (its own header reader, a scan for the QAIRT stamp),
+    # never with the product's inspector: what it stands in for is the runtime, not `provisioner inspect`.
+    # The container's own section table decides first: a release that published a cut file declares the
+    # cut size in model.json, and the real loader still refuses it.
+    declared = litertlm_extent(path) or declared_sizes(meta).get(path.name) or meta.get("size")
     qairt = _scan_build(path) or meta.get("qairt")
     mid = _match_model(view, path.name, "litertlm", meta)
     npu_only = bool(view.facts.get("models", {}).get(mid or "", {}).get("npu_only", True))

@@ -88,6 +88,27 @@ def test_stateful_faults_show_the_seed_symptom_and_the_real_cause(boards, fault,
     assert ssh(vb, cause).returncode == 0          # verification can find why, on the board itself
 
 
+def test_a_cut_litertlm_fails_to_load_even_when_model_json_declares_the_cut_size(boards):
+    """A release that published a cut file: the index, so model.json, carries the cut size and sha256.
+
+    The real loader maps every section the container's header lists and refuses one past the end of
+    the file, so the runtime fails to load it whatever model.json says.
+    """
+    from provisioner.sim.synthetic_models import make_litertlm
+
+    vb = boards.start()
+    vdir = next(p for p in (vb.rootfs_dir / "opt/edge-llm/models/gemma-4-e2b").iterdir()
+                if p.is_dir() and not p.is_symlink())
+    model = next(vdir.glob("*.litertlm"))
+    make_litertlm(model, n_dispatch_ops=9, truncate_to=20000)
+    size = model.stat().st_size
+    (vdir / "model.json").write_text(json.dumps({"name": "gemma-4-e2b", "kind": "litertlm", "size": size,
+                                                 "files": [{"name": model.name, "size": size}]}))
+    out = ssh(vb, litert_cmd(vb, QUESTION))
+    assert out.returncode != 0, out.stdout
+    assert "TF_LITE_PREFILL_DECODE not found" in out.stderr and f"(size {size}, section ends at" in out.stderr
+
+
 def test_fastrpc_group_membership_decides_for_the_service_user(boards):
     vb = boards.start(faults=("no-fastrpc-group",))
     out = ssh(vb, litert_cmd(vb, QUESTION, user="llm"))
