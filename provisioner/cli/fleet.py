@@ -51,6 +51,8 @@ class Progress:
                 self.rep.info(f"  [green]ok[/]          {h}: {figs or 'checks passed'}")
             elif status == "changed":
                 self.rep.info(f"  [yellow]changed[/]     {h}")
+        elif kind == "tuning":
+            self.rep.info(f"[dim]ansible: {ev.get('line')}[/]")
         elif kind == "output":
             line = ev.get("line", "")
             if "ERROR" in line or "WARNING" in line:
@@ -93,7 +95,8 @@ def _fail_unless_all_pass(action: str, rows: list[Any], report: Path | None) -> 
 def _options(f):
     f = click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="Append ansible output here.")(f)
     f = click.option("--timeout", "timeout_s", type=float, default=None, help="Kill the run after N seconds.")(f)
-    f = click.option("--forks", type=int, default=None, help="Parallel boards (default: all, max 50).")(f)
+    f = click.option("--forks", type=int, default=None,
+                     help="Parallel boards (default: ANSIBLE_FORKS, else all, <= 25 per core).")(f)
     f = click.option("--check", "dry_run", is_flag=True, help="Ansible check mode: report what would change.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Machine-readable report on stdout.")(f)
     f = click.option("-e", "--extra-vars", "extra", multiple=True, help="key=value or @file (repeatable).")(f)

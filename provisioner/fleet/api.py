@@ -13,7 +13,7 @@ from typing import Any
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import list_hosts
 from provisioner.fleet.report import FleetReport, build_report
-from provisioner.fleet.runner import ACTIONS, DEFAULT_FORKS, run_playbook
+from provisioner.fleet.runner import ACTIONS, fleet_forks, run_playbook
 
 
 def parse_extra(pairs: Iterable[str]) -> list[str]:
@@ -46,7 +46,7 @@ def run_fleet(action: str, inventory: Path | str, *, limit: str | None = None,
         raise FleetError(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""),
                          "check the inventory and --limit")
     run = run_playbook(action, inventory, limit=limit, extra_vars=extra_vars, extra_args=parse_extra(extra_args),
-                       dry_run=dry_run, tags=tags, forks=forks or min(len(hosts), DEFAULT_FORKS), on_event=on_event,
+                       dry_run=dry_run, tags=tags, forks=fleet_forks(len(hosts), forks, env), on_event=on_event,
                        log_path=log_path, timeout_s=timeout_s, env=env)
     report = build_report(run, hosts)
     if report_path:

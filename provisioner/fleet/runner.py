@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,7 +32,13 @@ ACTIONS = {
     "benchmark": "benchmark.yml",
     "update-os": "update-os.yml",
 }
-DEFAULT_FORKS = 50
+#: forks per controller core: a fork mostly waits on its board's SSH channel, yet each task still
+#: costs ~0.5 s of controller CPU, so more forks than this only queue on the CPU.
+FORKS_PER_CORE = 25
+DEFAULT_FORKS = min(256, max(10, FORKS_PER_CORE * (os.cpu_count() or 2)))
+#: the SSH multiplexing Ansible's ssh connection plugin is given unless ANSIBLE_SSH_ARGS says otherwise
+#: (the same line as playbooks/ansible.cfg, for runs by hand)
+SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=300s -o ServerAliveInterval=15 -o ServerAliveCountMax=4"
 CALLBACK = "edge_llm.fleet.events"
 
 
@@ -83,12 +90,34 @@ class FleetRun:
 ANSIBLE_KEEP = ("ANSIBLE_*", "PYTHONPATH")
 
 
+def fleet_forks(hosts: int, requested: int | None = None, base: Mapping[str, str] | None = None) -> int:
+    """Parallel boards: ``--forks``, else the user's ``ANSIBLE_FORKS``, else one per board up to
+    :data:`DEFAULT_FORKS` (sized to this controller's cores)."""
+    if requested:
+        return requested
+    env = context.environ() if base is None else base
+    if (env.get("ANSIBLE_FORKS") or "").isdigit() and int(env["ANSIBLE_FORKS"]) > 0:
+        return int(env["ANSIBLE_FORKS"])
+    return max(1, min(hosts, DEFAULT_FORKS))
+
+
+def describe_tuning(env: Mapping[str, str]) -> str:
+    """One line with the controller settings a run uses, as ansible-playbook will see them."""
+    persist = re.search(r"ControlPersist=(\S+)", env.get("ANSIBLE_SSH_ARGS", ""))
+    pipelining = env.get("ANSIBLE_PIPELINING", "").lower() in ("1", "true", "yes", "on")
+    return (f"forks {env.get('ANSIBLE_FORKS', '?')}, pipelining {'on' if pipelining else 'off'}, "
+            f"ControlPersist {persist[1] if persist else 'off'}, strategy {env.get('ANSIBLE_STRATEGY') or 'linear'}")
+
+
 def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = None,
                 playbook_dir: Path = PLAYBOOK_DIR) -> dict[str, str]:
     """Environment for ansible-playbook: our collection, roles, callback and the speed settings.
 
     ``base`` is the run's environment (:mod:`provisioner.context`); only what Ansible needs of it
-    (:data:`ANSIBLE_KEEP`) is passed on.
+    (:data:`ANSIBLE_KEEP`) is passed on. The speed settings are defaults: a user's
+    ``ANSIBLE_PIPELINING``, ``ANSIBLE_SSH_ARGS`` (ControlPersist) or ``ANSIBLE_STRATEGY`` wins, as
+    environment variables win over ansible.cfg in Ansible's own precedence; ``forks`` (the CLI's
+    ``--forks``, see :func:`fleet_forks`) wins over ``ANSIBLE_FORKS``.
     """
     env = context.RunContext(context.environ() if base is None else base).child_env(keep=ANSIBLE_KEEP)
     coll = [str(playbook_dir / "collections")]
@@ -104,11 +133,12 @@ def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = No
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_PIPELINING": "1",
+        "ANSIBLE_PIPELINING": env.get("ANSIBLE_PIPELINING") or "1",
+        "ANSIBLE_SSH_ARGS": env.get("ANSIBLE_SSH_ARGS") or SSH_ARGS,
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp_dir),
         "ANSIBLE_GATHERING": "explicit",
         "ANSIBLE_PYTHON_INTERPRETER": env.get("ANSIBLE_PYTHON_INTERPRETER", "auto_silent"),
-        "ANSIBLE_FORKS": str(forks or DEFAULT_FORKS),
+        "ANSIBLE_FORKS": str(forks or fleet_forks(DEFAULT_FORKS, None, env)),
         "ANSIBLE_DEPRECATION_WARNINGS": "0",
         "ANSIBLE_SYSTEM_WARNINGS": "0",
     })
@@ -213,9 +243,11 @@ def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None
             ev_file.write_text(json.dumps(dict(extra_vars)), encoding="utf-8")
         argv = build_argv(action, inv, limit=limit, extra_vars_file=ev_file, extra_args=extra_args, dry_run=dry_run,
                           tags=tags, playbook_dir=playbook_dir)
+        child_env = ansible_env(forks=forks, base=env, playbook_dir=playbook_dir)
+        if on_event:
+            on_event({"event": "tuning", "line": describe_tuning(child_env)})
         started = time.monotonic()
-        res = run_streaming(argv, on_line=collector.line, log_path=log_path,
-                            env=ansible_env(forks=forks, base=env, playbook_dir=playbook_dir), timeout_s=timeout_s)
+        res = run_streaming(argv, on_line=collector.line, log_path=log_path, env=child_env, timeout_s=timeout_s)
     run = FleetRun(action=action, inventory=str(inv), argv=argv, returncode=res.returncode,
                    duration_s=round(time.monotonic() - started, 2), hosts=collector.hosts, stats=collector.stats,
                    log_path=str(log_path) if log_path else None, other_lines=collector.other)
