@@ -1,4 +1,9 @@
-"""Start edge-llm-serve as the board runs it (its own process) on a stand-in C-API library."""
+"""Start edge-llm-serve as the board runs it (its own process) on the simulator's stand-in C-API libraries.
+
+The libraries are provisioner/sim's (cstandins builds them from sim/clib, as for virtual boards),
+in their board-less mode: EDGE_LLM_SIM_BOARDLESS gives the timings, the answer is the fixed words
+"alpha beta gamma ...", a prompt with CRASH aborts the process and one with FAIL fails the query.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import layout
 from provisioner.fleet.onboard import SERVE_SCRIPT
+from provisioner.sim import cstandins
 
-STUB_SRC = Path(__file__).with_name("stub_runtime.c")
 TOKEN = "t0k3n-for-tests-0123456789abcdef"
+BOARDLESS = "EDGE_LLM_SIM_BOARDLESS"
 
 
 @pytest.fixture(scope="session")
-def stub_lib(tmp_path_factory) -> Path:
-    """The test-only stand-in library, compiled with gcc like the simulator's."""
-    out = tmp_path_factory.mktemp("stub") / "libstub_runtime.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), str(STUB_SRC), "-lpthread"], check=True)
-    return out
+def standin_libs() -> dict[str, Path]:
+    """runtime -> the simulator's stand-in library for it (compiled once, cached by source hash)."""
+    return {"litert_lm": cstandins.build("liblitert_lm_c_api.so", layout.LITERT_QAIRT),
+            "genie": cstandins.build("libGenie.so", layout.LITERT_QAIRT)}
 
 
 def free_port() -> int:
@@ -69,17 +75,18 @@ class Board:
 
 
 @pytest.fixture
-def start_board(tmp_path, stub_lib):
-    """start_board(runtime="litert_lm", token=True, env={...}, **cfg) -> a ready Board."""
+def start_board(tmp_path, standin_libs):
+    """start_board(runtime="litert_lm", token=True, timings={"ttft_ms": 50, ...}, **cfg) -> a ready Board."""
     boards: list[Board] = []
 
-    def start(runtime: str = "litert_lm", token: bool = True, env: dict[str, str] | None = None,
+    def start(runtime: str = "litert_lm", token: bool = True, timings: dict[str, int] | None = None,
               wait: bool = True, **extra) -> Board:
         n = len(boards)
         mdir = tmp_path / f"model{n}"
         mdir.mkdir()
         cfg = {"model": "gemma-4-e2b" if runtime == "litert_lm" else "nemotron-nano-4b", "runtime": runtime,
-               "model_dir": str(mdir), "executable": str(tmp_path / "bin" / "runtime"), "library": str(stub_lib),
+               "model_dir": str(mdir), "executable": str(tmp_path / "bin" / "runtime"),
+               "library": str(standin_libs[runtime]),
                "port": free_port(), "bind": "127.0.0.1", "token_file": str(tmp_path / f"token{n}")}
         if runtime == "litert_lm":
             (mdir / "m.litertlm").write_bytes(b"LITERTLM")
@@ -95,7 +102,8 @@ def start_board(tmp_path, stub_lib):
         cfg_path = tmp_path / f"serve{n}.json"
         cfg_path.write_text(json.dumps(cfg))
         log = tmp_path / f"serve{n}.log"
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith("STUB_")} | (env or {})
+        spec = ",".join(f"{k}={v}" for k, v in (timings or {}).items())
+        child_env = {k: v for k, v in os.environ.items() if k != BOARDLESS} | {BOARDLESS: spec}
         proc = subprocess.Popen([sys.executable, str(SERVE_SCRIPT), "serve", "--config", str(cfg_path)],
                                 stdout=subprocess.DEVNULL, stderr=log.open("w"), env=child_env)
         board = Board(proc, cfg["port"], TOKEN if token else None, log, cfg_path)

@@ -72,7 +72,7 @@ def test_errors_are_openai_error_objects(start_board):
         c.chat.completions.create(model="gemma-4-e2b", messages=[{"role": "assistant", "content": "x"}])
     with pytest.raises(openai.InternalServerError) as exc:   # the runtime reports a decode error
         c.completions.create(model="gemma-4-e2b", prompt="FAIL please")
-    assert "decode failed" in exc.value.body["message"]
+    assert "NPU executor failed" in exc.value.body["message"]   # the library's own error text
     status, _, body = raw(board, "GET", "/v2/nothing")
     assert status == 404 and json.loads(body)["error"]["type"] == "invalid_request_error"
 

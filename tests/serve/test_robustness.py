@@ -107,7 +107,7 @@ def test_idle_connection_is_closed_after_the_idle_timeout(start_board):
 
 
 def test_a_burst_of_50_gets_answers_not_resets(start_board):
-    board = start_board(env={"STUB_TTFT_MS": "50", "STUB_DECODE_MS": "20"}, max_queue=4)
+    board = start_board(timings={"ttft_ms": 50, "decode_ms": 20}, max_queue=4)
     results: list = []
 
     def one():
@@ -137,7 +137,7 @@ def _cancelled(board) -> int:
 
 
 def test_client_disconnect_cancels_its_generation_and_queued_ones_never_start(start_board):
-    board = start_board(env={"STUB_TOKENS": "2000", "STUB_DECODE_MS": "10"}, max_queue=4)
+    board = start_board(timings={"tokens": 2000, "decode_ms": 10}, max_queue=4)
     socks = []
     for _ in range(3):   # one runs, two wait behind it
         s = socket.create_connection(("127.0.0.1", board.port))

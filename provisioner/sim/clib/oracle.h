@@ -5,6 +5,12 @@
  * build, skel, FastRPC access, memlock, board faults, speeds) is asked from a child process
  * running provisioner.sim.npu under the board's python (see that module for the protocol).
  * Prompts go to it through a pipe, never through argv.
+ *
+ * Board-less mode (tests of the service without a virtual board): when the environment has
+ * EDGE_LLM_SIM_BOARDLESS="load_ms=N,ttft_ms=N,decode_ms=N,tokens=N" (any subset; defaults
+ * 0, 5, 2, 8) no model process starts: every generation answers the fixed words
+ * "alpha beta gamma ..." with those timings. A prompt containing CRASH aborts the process
+ * (a runtime crash), one containing FAIL makes the query fail (a runtime error).
  */
 #ifndef EDGE_LLM_SIM_ORACLE_H
 #define EDGE_LLM_SIM_ORACLE_H
@@ -15,12 +21,19 @@
 #include <sys/types.h>
 
 typedef struct {
+  int on;
+  double load_s, ttft_s, decode_s;
+  int tokens;
+} sim_boardless;
+
+typedef struct {
   pid_t pid;
   FILE* to;
   FILE* from;
   pthread_mutex_t pipe_mu;  /* one request/answer at a time on the pipe */
   pthread_mutex_t npu_mu;   /* one generation at a time on the NPU; others wait their turn */
   double init_s;            /* modelled load time (benchmark info) */
+  sim_boardless bl;         /* EDGE_LLM_SIM_BOARDLESS timings, when set */
 } sim_oracle;
 
 typedef struct {
