@@ -59,20 +59,23 @@ def test_sse_ends_with_done(start_board):
     assert events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events)
 
 
-def test_errors_are_openai_error_objects(start_board):
-    board = start_board()
+@pytest.mark.parametrize("runtime,runtime_error", [("litert_lm", "NPU executor failed"),
+                                                   ("genie", "GenieDialog_query returned")])
+def test_errors_are_openai_error_objects(start_board, runtime, runtime_error):
+    board = start_board(runtime)
+    model = json.loads(board.cfg_path.read_text())["model"]
     c = client(board)
     with pytest.raises(openai.NotFoundError) as exc:
         c.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
     assert exc.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError) as exc:
-        c.chat.completions.create(model="gemma-4-e2b", messages=[{"role": "user", "content": "x"}], max_tokens=0)
+        c.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], max_tokens=0)
     assert exc.value.body["param"] == "max_tokens"
     with pytest.raises(openai.BadRequestError):
-        c.chat.completions.create(model="gemma-4-e2b", messages=[{"role": "assistant", "content": "x"}])
-    with pytest.raises(openai.InternalServerError) as exc:   # the runtime reports a decode error
-        c.completions.create(model="gemma-4-e2b", prompt="FAIL please")
-    assert "NPU executor failed" in exc.value.body["message"]   # the library's own error text
+        c.chat.completions.create(model=model, messages=[{"role": "assistant", "content": "x"}])
+    with pytest.raises(openai.InternalServerError) as exc:   # the runtime reports an error
+        c.completions.create(model=model, prompt="FAIL please")
+    assert runtime_error in exc.value.body["message"]   # the library's own error text
     status, _, body = raw(board, "GET", "/v2/nothing")
     assert status == 404 and json.loads(body)["error"]["type"] == "invalid_request_error"
 

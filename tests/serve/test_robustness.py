@@ -136,8 +136,9 @@ def _cancelled(board) -> int:
     raise AssertionError(body)
 
 
-def test_client_disconnect_cancels_its_generation_and_queued_ones_never_start(start_board):
-    board = start_board(timings={"tokens": 2000, "decode_ms": 10}, max_queue=4)
+@pytest.mark.parametrize("runtime", ["litert_lm", "genie"])
+def test_client_disconnect_cancels_its_generation_and_queued_ones_never_start(start_board, runtime):
+    board = start_board(runtime, timings={"tokens": 2000, "decode_ms": 10}, max_queue=4)
     socks = []
     for _ in range(3):   # one runs, two wait behind it
         s = socket.create_connection(("127.0.0.1", board.port))
