@@ -1,4 +1,4 @@
-"""Manifest `image.ota`: 'ostree' is accepted, anything else is a located problem with the fix."""
+"""Manifest `image.ota`: refused with the reason while the layer installs under /opt; unknown kinds are located."""
 
 from __future__ import annotations
 
@@ -21,9 +21,13 @@ def _with_image(tmp_path: Path, **image: object) -> Path:
     return out
 
 
-def test_ota_ostree_is_read(tmp_path: Path) -> None:
-    assert load_manifest(_with_image(tmp_path, ota="ostree")).image.ota == "ostree"
+def test_ota_ostree_is_refused_while_the_layer_installs_under_opt(tmp_path: Path) -> None:
+    """A sota image empties /opt (meta-updater image_types_ostree.bbclass): refuse before a 250 GB build."""
     assert load_manifest(_with_image(tmp_path)).image.ota is None
+    with pytest.raises(ManifestError) as err:
+        load_manifest(_with_image(tmp_path, ota="ostree"))
+    problem = next(str(p) for p in err.value.problems if "image.ota" in str(p))
+    assert "empties /opt" in problem and "QAIRT" in problem and "leave image.ota unset" in problem
 
 
 def test_unknown_ota_kind_is_a_located_problem(tmp_path: Path) -> None:
