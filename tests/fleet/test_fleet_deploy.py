@@ -308,6 +308,34 @@ def test_rerun_takes_current_off_an_uncommitted_version_that_fails_its_gate(env,
         assert not committed(fleet, "dep-8275", GEMMA, bad)
 
 
+def test_a_cut_release_fails_the_gate_on_a_board_with_committed_versions(env, tmp_path):
+    """The release itself holds a cut file, so its index (and the board's model.json) declares the cut
+    size and sha256: the fetch checks pass, and only the smoke run can refuse it - on a board with
+    earlier deploys as on a fresh one."""
+    fleet, server, _, _versions = env
+    src = tmp_path / "good"
+    good = add_gemma(src, n_dispatch_ops=5)
+    shutil.copytree(src, server.root / "good-before-cut")
+    index = deploy_index.build_index(server.root / "good-before-cut", server.url + "/good-before-cut")
+    assert deploy(fleet, index, limit="dep-8275").row("dep-8275").verdict == "pass"
+    assert current(fleet, "dep-8275", GEMMA) == good and committed(fleet, "dep-8275", GEMMA, good)
+
+    src = tmp_path / "cut"
+    bad = add_gemma(src, n_dispatch_ops=9, truncate_to=20000)
+    shutil.copytree(src, server.root / "cut")
+    index = deploy_index.build_index(server.root / "cut", server.url + "/cut")
+    assert [m["size"] for m in index["models"]] == [20000]          # the release declares the cut size
+    for _ in range(2):                                               # and a rerun gates it again
+        events: list[dict] = []
+        row = deploy(fleet, index, limit="dep-8275", on_event=events.append).row("dep-8275")
+        assert row.verdict == "fail"
+        assert f"health gate failed: {GEMMA} {bad} not committed, current stays on {good} (" in row.reason, row.reason
+        assert "TF_LITE_PREFILL_DECODE" in row.reason, row.reason
+        assert gate_statuses(events) == ["failed"]
+        assert current(fleet, "dep-8275", GEMMA) == good
+        assert not committed(fleet, "dep-8275", GEMMA, bad)
+
+
 def test_failed_first_install_leaves_no_current_and_the_service_stopped(env, tmp_path):
     from provisioner.sim import host
 
