@@ -37,7 +37,7 @@ def test_namespace_presents_the_board_at_real_paths(board):
     assert lines[:4] == ["QCS8275", "675", "qcom,monaco-evk", "qcom,qcs8300"]
     assert f"BUILD_ID={board.reload().build_id}" in lines
     assert "qcom_scm.download_mode=0" in out.stdout
-    assert "character special file 660 root fastrpc" in out.stdout
+    assert "character special file 660 fastrpc fastrpc" in out.stdout
     assert "lib-ok" in lines
     # nothing leaked to the host
     assert not Path("/dev/fastrpc-cdsp").exists()
