@@ -22,6 +22,16 @@ EDGE_LLM_MODEL_SHA256 ??= ""
 EDGE_LLM_MODEL_SIZE ??= ""
 EDGE_LLM_MODEL_LICENSE ??= "CLOSED"
 
+# The files land in EDGE_LLM_MODELS_ROOT/<name>/<version>, or under /usr in an OSTree (sota) image with a
+# boot-time link from there and a `current` link made only when missing (edge-llm-opt.bbclass:
+# meta-updater empties /opt in the commit; the fleet's later `current` switches must survive a reboot).
+inherit edge-llm-opt
+EDGE_LLM_MODEL_INSTALL_DIR = "${EDGE_LLM_OPT_STORE}${EDGE_LLM_MODELS_ROOT}/${EDGE_LLM_MODEL_NAME}"
+EDGE_LLM_OPT_DIRS = "${@os.path.dirname(d.getVar('EDGE_LLM_MODELS_ROOT'))} ${EDGE_LLM_MODELS_ROOT} \
+                     ${EDGE_LLM_MODELS_ROOT}/${EDGE_LLM_MODEL_NAME}"
+EDGE_LLM_OPT_LINKS = "${EDGE_LLM_MODELS_ROOT}/${EDGE_LLM_MODEL_NAME}/${EDGE_LLM_MODEL_VERSION}"
+EDGE_LLM_OPT_CURRENT = "${EDGE_LLM_MODELS_ROOT}/${EDGE_LLM_MODEL_NAME}/current=${EDGE_LLM_MODEL_VERSION}"
+
 SUMMARY ?= "LLM ${EDGE_LLM_MODEL_NAME} for QAIRT ${EDGE_LLM_MODEL_QAIRT}"
 LICENSE ?= "${EDGE_LLM_MODEL_LICENSE}"
 
@@ -101,10 +111,10 @@ do_compile[noexec] = "1"
 python do_install() {
     import hashlib, json, os, shutil
     src = edge_llm_model_source(d)
-    root = d.getVar("EDGE_LLM_MODELS_ROOT")
     name = d.getVar("EDGE_LLM_MODEL_NAME")
     version = d.getVar("EDGE_LLM_MODEL_VERSION")
-    dest = d.getVar("D") + "%s/%s/%s" % (root, name, version)
+    top = d.getVar("D") + d.getVar("EDGE_LLM_MODEL_INSTALL_DIR")
+    dest = "%s/%s" % (top, version)
     os.makedirs(dest, exist_ok=True)
     if os.path.isdir(src):
         for entry in sorted(os.listdir(src)):
@@ -140,9 +150,9 @@ python do_install() {
     with open(os.path.join(dest, "model.json"), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True)
         f.write("\n")
-    os.symlink(version, d.getVar("D") + "%s/%s/current" % (root, name))
+    os.symlink(version, "%s/current" % top)
 }
 
-FILES:${PN} += "${EDGE_LLM_MODELS_ROOT}/${EDGE_LLM_MODEL_NAME}"
+FILES:${PN} += "${EDGE_LLM_MODEL_INSTALL_DIR}"
 # Model weights and HTP context binaries are data, not code for the target CPU.
 INSANE_SKIP:${PN} += "arch already-stripped file-rdeps"

@@ -16,6 +16,12 @@ LITERT_LM_REV ??= "cbf463d97fa3"
 # The runtime is compiled against exactly this QAIRT build (LiteRT's third_party/qairt pin).
 LITERT_LM_QAIRT ??= "2.44.0.260225"
 LITERT_LM_ROOT ??= "/opt/litert-lm"
+# The files land in LITERT_LM_ROOT/<rev>, or under /usr in an OSTree (sota) image with a boot-time
+# link from LITERT_LM_ROOT/<rev> (edge-llm-opt.bbclass: meta-updater empties /opt in the commit).
+inherit edge-llm-opt
+LITERT_LM_INSTALL_DIR = "${EDGE_LLM_OPT_STORE}${LITERT_LM_ROOT}/${LITERT_LM_REV}"
+EDGE_LLM_OPT_DIRS = "${LITERT_LM_ROOT}"
+EDGE_LLM_OPT_LINKS = "${LITERT_LM_ROOT}/${LITERT_LM_REV}"
 LITERT_LM_TARBALL ??= "litert-lm-runtime-${LITERT_LM_REV}-qairt${LITERT_LM_QAIRT}-aarch64.tar.gz"
 # The tarball is normally already in DL_DIR (`provisioner litert build` puts it there); set this
 # to your artifact server to fetch it from there instead. The host part is a placeholder on purpose.
@@ -65,12 +71,12 @@ do_install() {
             bbfatal "${LITERT_LM_TARBALL} has no $f (rebuild it with provisioner litert build)"
         fi
     done
-    install -d ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/bin ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/lib
-    install -m 0755 $top/bin/litert_lm_main ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/bin/
-    install -m 0644 $top/lib/*.so ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/lib/
-    install -d ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/patches
+    install -d ${D}${LITERT_LM_INSTALL_DIR}/bin ${D}${LITERT_LM_INSTALL_DIR}/lib
+    install -m 0755 $top/bin/litert_lm_main ${D}${LITERT_LM_INSTALL_DIR}/bin/
+    install -m 0644 $top/lib/*.so ${D}${LITERT_LM_INSTALL_DIR}/lib/
+    install -d ${D}${LITERT_LM_INSTALL_DIR}/patches
     for p in ${LITERT_LM_PATCHES}; do
-        install -m 0644 ${UNPACKDIR}/patches/$p ${D}${LITERT_LM_ROOT}/${LITERT_LM_REV}/patches/
+        install -m 0644 ${UNPACKDIR}/patches/$p ${D}${LITERT_LM_INSTALL_DIR}/patches/
     done
 }
 
@@ -79,7 +85,7 @@ INHIBIT_PACKAGE_DEBUG_SPLIT = "1"
 EXCLUDE_FROM_SHLIBS = "1"
 SOLIBS = ".so"
 FILES_SOLIBSDEV = ""
-FILES:${PN} += "${LITERT_LM_ROOT}/${LITERT_LM_REV}"
+FILES:${PN} += "${LITERT_LM_INSTALL_DIR}"
 # The QNN libraries it loads come from this exact QAIRT build, never /usr/lib's qairt-sdk.
 RDEPENDS:${PN} = "qairt-runtime-${LITERT_LM_QAIRT}"
 # libdir: side-by-side install under /opt; dev-so: unversioned .so from the Bazel build;

@@ -41,8 +41,25 @@ python edge_llm_check_fastrpc() {
                  "50-edge-llm.preset (edge-llm-user) and SYSTEMD_AUTO_ENABLE of fastrpc")
 }
 
+# An OSTree (sota) image loses everything under /opt: meta-updater's image_types_ostree.bbclass
+# (uptane/meta-updater @ f0e1ccaf) links /opt to var/rootdirs/opt and removes the directory with only a
+# ${OSTREE_RMDIR_HELPER_MSGTYPE} (default bbwarn). Setting that to bbfatal is not an option: the same
+# helper guards /home, where useradd --create-home puts the inference user. So check /opt alone.
+python edge_llm_check_opt_empty() {
+    import os
+    if not bb.utils.contains("DISTRO_FEATURES", "sota", True, False, d):
+        return
+    opt = d.getVar("IMAGE_ROOTFS") + "/opt"
+    left = sorted("/" + os.path.relpath(os.path.join(top, n), d.getVar("IMAGE_ROOTFS"))
+                  for top, dirs, files in os.walk(opt) for n in dirs + files)
+    if left:
+        bb.fatal("an OSTree image drops /opt, but the rootfs has %s -> install it under /usr and link it "
+                 "from /opt with a tmpfiles.d snippet (inherit edge-llm-opt)" % ", ".join(left[:5]))
+}
+
+edge_llm_check_opt_empty[doc] = "Fails a sota (OSTree) image that still has files in /opt, which the commit would drop"
 edge_llm_check_fastrpc[doc] = "Fails an image in which cdsprpcd (FastRPC daemon for the cDSP) is not enabled"
 edge_llm_release_json[doc] = "Writes /etc/edge-llm/release.json from EDGE_LLM_RELEASE_JSON"
 ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json"
 # Checks run last, after oe-core's own rootfs post-processing (users, presets) is done.
-IMAGE_PREPROCESS_COMMAND += "edge_llm_check_fastrpc"
+IMAGE_PREPROCESS_COMMAND += "edge_llm_check_fastrpc edge_llm_check_opt_empty"
