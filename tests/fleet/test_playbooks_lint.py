@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOKS = ("verify.yml", "deploy.yml", "launch.yml", "rollback.yml", "benchmark.yml")
+PLAYBOOKS = ("verify.yml", "deploy.yml", "launch.yml", "rollback.yml", "benchmark.yml", "update-os.yml", "pull.yml",
+             "local.yml")
 ENV = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / "playbooks" / "collections"), "ANSIBLE_NOCOLOR": "1",
        "NO_COLOR": "1"}
 
