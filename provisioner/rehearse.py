@@ -55,6 +55,7 @@ class RehearsalOptions:
     work_dir: Path | None = None
     sim_root: Path | None = None
     prompt: str = "Explain in one sentence what an NPU is."
+    ota: bool = False             # then a whole-image update of the launched boards (provisioner.rehearse_ota)
 
 
 @dataclass
@@ -142,6 +143,11 @@ class Rehearsal:
         self.completions: dict[str, dict[str, Any]] = {}
         self.boards_info: dict[str, dict[str, Any]] = {}
         self._cred: Any = None
+        self.ota: Any = None
+        if options.ota:
+            from provisioner.rehearse_ota import OtaRehearsal
+
+            self.ota = OtaRehearsal(self)
 
     # ------------------------------------------------------------------ plan of the run
     def steps(self) -> list[Step]:
@@ -168,6 +174,7 @@ class Rehearsal:
                  what="ansible-playbook launch.yml: edge-llm-serve@<model> per board"),
             Step("completion", self.step_completion, simulated=True,
                  what="one HTTP POST /v1/completions per board through its service"),
+            *(self.ota.steps() if self.ota else []),
         ]
 
     def run(self, on_event: Listener | None = None) -> RehearsalReport:
@@ -562,7 +569,8 @@ class Rehearsal:
         verify = self.fleet_reports.get("verify")
         by_serial = {}
         if verify is not None:
-            serial_of = {name: str(hv.get("board_serial", name)) for name, hv in self._inventory_hosts().items()}
+            # the inventory contract's key (provisioner.contracts.inventory: edge_llm_serial)
+            serial_of = {name: str(hv.get("edge_llm_serial") or name) for name, hv in self._inventory_hosts().items()}
             for r in verify.rows:
                 by_serial[serial_of.get(r.board, r.board).upper()] = r
         for serial, info in self.boards_info.items():
@@ -575,6 +583,8 @@ class Rehearsal:
                 comp = self.completions.get(vr.board)
                 if comp:
                     row["completion"] = comp["choices"][0].get("text", "")[:80]
+                if self.ota and vr.board in self.ota.rows:
+                    row["update_os"] = self.ota.rows[vr.board]
             rows.append(row)
         return rows
 

@@ -19,19 +19,23 @@ from provisioner.ui import Reporter, print_json, stderr, stdout, table
 @click.option("--keep", is_flag=True, help="Leave the boards running afterwards (`provisioner sim down` stops them).")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("rehearsal"), show_default=True,
               help="Where releases, records, inventory and reports go.")
+@click.option("--ota", is_flag=True,
+              help="Then update the boards' whole image over the air: a runtime-only release as an OSTree "
+                   "commit, `ota publish` (static delta), `fleet update-os`; faults ota-no-boot/ota-bad-npu roll back.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report on stdout.")
 def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], keep: bool, work_dir: Path,
-            as_json: bool) -> None:
+            ota: bool, as_json: bool) -> None:
     """Rehearse a release end to end on virtual EVKs (built-in examples when no MANIFEST is given).
 
     check -> render (+kas schema) -> build command -> release -> boards up -> EDL via console ->
-    parallel flash -> boot check -> fleet verify -> fleet launch -> one completion per board.
+    parallel flash -> boot check -> fleet verify -> fleet launch -> one completion per board
+    (--ota: -> ota release -> ota publish -> ota boards -> fleet update-os).
     """
     from provisioner.rehearse import Rehearsal, RehearsalOptions
 
     reporter = Reporter(quiet=as_json)
     rehearsal = Rehearsal(RehearsalOptions(manifests=manifests, boards=boards, faults=faults, keep=keep,
-                                           work_dir=work_dir), reporter)
+                                           work_dir=work_dir, ota=ota), reporter)
 
     def on_event(ev: StepEvent) -> None:
         if as_json:
@@ -53,6 +57,13 @@ def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], k
                 for b in report.boards]
         stdout.print(table("fleet report", ["board", "type", "release", "fault", "decode tok/s", "floor", "verdict",
                                             "reason / completion"], rows))
+        ota_rows = [(b.get("host") or b["serial"], b["update_os"]["outcome"], _short(b["update_os"].get("from")),
+                     _short(b["update_os"].get("to")), str(b["update_os"].get("bytes_pulled") or 0),
+                     b["update_os"].get("reason", "")[:90])
+                    for b in report.boards if b.get("update_os")]
+        if ota_rows:
+            stdout.print(table("update-os (whole-image OTA)", ["board", "outcome", "from", "to", "bytes pulled",
+                                                                "reason"], ota_rows))
         steps = [(s.name, "ok" if s.ok else ("skipped" if s.skipped else "FAILED"),
                   "simulated" if s.simulated else "real", f"{s.duration_s:.1f}", s.what) for s in report.steps]
         stdout.print(table("stages (real = production code on real tools; simulated = virtual boards / NPU)",
@@ -69,3 +80,7 @@ def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], k
 
 def _num(value, prefix: str = "") -> str:
     return f"{prefix}{value:.1f}" if isinstance(value, int | float) else "-"
+
+
+def _short(commit: str | None) -> str:
+    return (commit or "-")[:12]
