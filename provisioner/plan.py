@@ -33,6 +33,11 @@ LAYER_DIR = shipped.layer_dir()
 MODELCHECK_PATH = LAYER_DIR / "lib" / "edgellm" / "modelcheck.py"
 IMAGE_RECIPE = "edge-llm-image"
 DISTRO_IMAGE_INCLUDE = "ci/qcom-distro-multimedia-image.yml"
+# image.ota: ostree - chained after the image include the way meta-qcom's CI does (ef0004df
+# ci/qcom-distro-sota.yml includes ci/qcom-distro.yml and sets `distro: qcom-distro-sota`), so the later
+# include's distro wins and every other entry stays.
+SOTA_INCLUDE = "ci/qcom-distro-sota.yml"
+SOTA_DISTRO = "qcom-distro-sota"
 DEBUG_LOGIN_FEATURES = ("allow-empty-password", "empty-root-password", "allow-root-login")
 
 # (model path, board) -> the inspector's report (qairt_builds, soc_model, dsp_arch, truncated, size...) or None
@@ -112,6 +117,7 @@ class Plan:
     extra_packages: tuple[str, ...]
     cache: dict[str, Any]
     warnings: tuple[str, ...] = field(default=())
+    ota: str | None = None                           # 'ostree': a sota build whose ostreecommit.tar.xz is collected
 
     def release_json(self) -> dict[str, Any]:
         """Content of the image's /etc/edge-llm/release.json (deterministic: no dates, no hosts)."""
@@ -163,7 +169,7 @@ class Plan:
                 "litert": self.litert, "models": [m.as_dict() for m in self.models], "variant": self.variant,
                 "download_mode": self.download_mode, "login_policy": self.login_policy,
                 "ssh_keys": len(self.ssh_keys), "memlock": self.memlock, "inference_user": self.inference_user,
-                "cache": self.cache, "warnings": list(self.warnings)}
+                "cache": self.cache, "warnings": list(self.warnings), "ota": self.ota}
 
 
 def image_facts(board: catalog.Board, qairt: tuple[str, ...]):
@@ -260,6 +266,8 @@ def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspe
         raise RenderError(f"{board.id} is not supported by {rel.id}",
                           f"{rel.id} supports: {', '.join(rel.machines)} (catalog releases.yaml)")
     includes = [("meta-qcom", f"ci/{board.kas_machine}.yml"), ("meta-qcom", DISTRO_IMAGE_INCLUDE)]
+    if manifest.image.ota == "ostree":
+        includes.append(("meta-qcom", SOTA_INCLUDE))
     includes += [("meta-qcom", f) for f in extra_includes]
     for _, f in includes:
         if f not in rel.meta_qcom_ci_files:
@@ -306,14 +314,15 @@ def make_plan(manifest: Manifest, *, extra_includes: tuple[str, ...] = (), inspe
     cache_cfg = {"hashserve": b.hashserve, "hashserve_upstream": b.hashserve_upstream,
                  "sstate_mirrors": list(b.sstate_mirrors), "mirrors": list(b.mirrors)}
     return Plan(
-        release_id=manifest.release, board=board, qli=rel, machine=board.kas_machine, distro=rel.distro,
+        release_id=manifest.release, board=board, qli=rel, machine=board.kas_machine,
+        distro=SOTA_DISTRO if manifest.image.ota == "ostree" else rel.distro,
         image=IMAGE_RECIPE, base_image=rel.base_image, includes=tuple(includes),
         repos={k: dict(v) for k, v in rel.lock.items()}, qairt=qairt,
         qairt_recipes=tuple(qairt_recipe(v) for v in qairt), qairt_checksums=checksums, runtimes=runtimes,
         runtime_recipes=tuple(runtime_recipes), litert=litert, models=models, variant=img.variant,
         download_mode=img.download_mode, login_policy=img.root_login, ssh_keys=tuple(img.ssh_authorized_keys),
         memlock=img.memlock, inference_user=img.inference_user, extra_packages=tuple(img.extra_packages),
-        cache=cache_cfg, warnings=tuple(warnings),
+        cache=cache_cfg, warnings=tuple(warnings), ota=manifest.image.ota,
     )
 
 

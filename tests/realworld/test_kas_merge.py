@@ -123,3 +123,22 @@ def test_an_entry_named_like_meta_qcoms_replaces_it_and_loses_build_id(tmp_path)
 def test_validation_accepts_the_real_base_yml(tmp_path):
     top, _ = _render(tmp_path)
     check_meta_qcom_entries_kept(merged(top), [top], META_QCOM_CI)
+
+
+def test_ota_ostree_chains_meta_qcoms_sota_fragment_and_keeps_build_id(tmp_path):
+    """image.ota: ostree -> the real ci/qcom-distro-sota.yml (ef0004df) after the image include: its
+    `distro: qcom-distro-sota` wins, meta-qcom's other entries and our BUILD_ID line stay."""
+    import dataclasses
+
+    m = load_manifest(write_manifest(tmp_path / "m.yaml", release="gemma4-e2b-iq8275-2026.11"))
+    m = dataclasses.replace(m, image=dataclasses.replace(m.image, ota="ostree"))
+    render(m, tmp_path / "out")
+    config = merged(tmp_path / "out" / MAIN_FILE)
+    assert config["distro"] == "qcom-distro-sota"
+    assert "meta-updater" in config["repos"]  # sota.conf.inc's layer, from ci/qcom-distro.yml
+    text = local_conf(config)
+    base = yaml.safe_load((META_QCOM_CI / "base.yml").read_text())["local_conf_header"]
+    for key, entry in base.items():
+        assert f"# {key}\n{entry}" in text, f"meta-qcom base.yml entry {key!r} was replaced"
+    d = evaluate(tmp_path, text)
+    assert d.getVar("OS_RELEASE_FIELDS").split().count("BUILD_ID") == 1 and d.getVar("BUILD_ID") == m.release
