@@ -1,4 +1,4 @@
-"""Fault matrix, part 2: the fleet, the build inputs and the caches under faults and hostile input.
+"""Fault matrix, fleet rows: the fleet, the build inputs and the caches under faults and hostile input.
 
 Each row drives the production code a user would (the ``provisioner`` CLI, ``run_fleet`` with the real
 ``ansible-playbook`` over real SSH to virtual boards, the layer's login check) through one fault and

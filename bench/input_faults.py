@@ -1,4 +1,4 @@
-"""Fault matrix, part 3: build inputs and caches under hostile input (findings 5-9 and 11 of the fault issue).
+"""Fault matrix, build-input rows: the build inputs and caches under hostile input.
 
 Each row drives what a user runs (the ``provisioner`` CLI, the layer's login check, bitbake's own hash
 equivalence client) and returns (what was lost, what the tool said, what the next run did).

@@ -150,7 +150,7 @@ def _program(sector_size: int, lun: int, label: str, filename: str, sectors: int
 
 # ---------------------------------------------------------------------------------------------- rootfs
 def _runtime_script(name: str) -> str:
-    """Text of a runtime stand-in executable (helper D2's ``provisioner.sim.runtime``)."""
+    """Text of a runtime stand-in executable (from ``provisioner.sim.runtime``)."""
     from provisioner.sim import runtime
 
     if name in runtime.RUNTIMES:

@@ -30,6 +30,7 @@ from typing import Any
 
 from provisioner.errors import SimError
 from provisioner.sim import console as con
+from provisioner.sim import host
 from provisioner.sim.board import VirtualBoard, boards_dir, env_number, list_boards, sim_root
 
 POLL_S = 0.2
@@ -49,36 +50,24 @@ def boot_scale() -> float:
     return env_number("PROVISIONER_SIM_BOOT_SCALE", 1.0)
 
 
-# ---------------------------------------------------------------------------------------------- host (D2)
-def _start_host(board: VirtualBoard) -> dict[str, Any] | None:
-    """Start the board's sshd via helper D2's ``provisioner.sim.host``; None if that is unavailable.
+# ---------------------------------------------------------------------------------------------- host
+def _start_host(board: VirtualBoard) -> dict[str, Any]:
+    """Start the board's sshd (``provisioner.sim.host``) and return where it listens.
 
     Called from worker threads, so it works on its own handle of the board.
     """
-    try:
-        from provisioner.sim.host import start_host
-    except ImportError:
-        return None
-    host, port = start_host(VirtualBoard.load(board.root, board.serial))
-    return {"host": host, "port": int(port)}
+    address, port = host.start_host(VirtualBoard.load(board.root, board.serial))
+    return {"host": address, "port": int(port)}
 
 
 def _mirror_download_mode(board: VirtualBoard, last: int | None) -> int | None:
     """download_mode between the board's sysfs (ssh side) and board.json (console side), see host.py."""
-    try:
-        from provisioner.sim.host import mirror_download_mode
-    except ImportError:
-        return last
-    return mirror_download_mode(board, last)
+    return host.mirror_download_mode(board, last)
 
 
 def _stop_host(board: VirtualBoard) -> None:
     try:
-        from provisioner.sim.host import stop_host
-    except ImportError:
-        return
-    try:
-        stop_host(board)
+        host.stop_host(board)
     except Exception as exc:  # noqa: BLE001 - teardown must go on for the other boards
         print(f"{board.serial}: stop_host failed: {exc}", file=sys.stderr, flush=True)
 

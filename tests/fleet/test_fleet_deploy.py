@@ -191,7 +191,7 @@ def test_failed_health_gate_rolls_back(env, tmp_path):
     before = {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()}
     bad = tmp_path / "bad"
     bad_gemma = add_gemma(bad, n_dispatch_ops=4, truncate_to=20000)         # runtime: TF_LITE_PREFILL_DECODE...
-    add_nemotron(bad, "v3-soc0", "2.45.0.260326", soc_model=0)             # loads, then garbage (seed 002)
+    add_nemotron(bad, "v3-soc0", "2.45.0.260326", soc_model=0)             # loads, then garbage (wrong soc_model)
     shutil.copytree(bad, server.root / "bad")
     index = deploy_index.build_index(server.root / "bad", server.url + "/bad")
     res = deploy(fleet, index)

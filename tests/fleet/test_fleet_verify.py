@@ -1,7 +1,7 @@
 """`provisioner fleet verify` over real ansible-playbook and real SSH against virtual boards of both types.
 
 ONE playbook run over 11 boards: two healthy boards, one board per fault, and a board listed in the
-wrong board group. Each failing board must fail for its own reason (the check and the seed's
+wrong board group. Each failing board must fail for its own reason (the check and its
 diagnosis), and the healthy ones must pass every check.
 """
 

@@ -10,7 +10,7 @@ from provisioner.contracts.inventory import ModelVars
 from provisioner.fleet import diagnosis, verdict
 from provisioner.fleet.onboard import serve
 
-# What litert_lm_main printed in seed 000 (Ubuntu, ~28 tok/s, values with "~").
+# What litert_lm_main printed on a measured Ubuntu run (~28 tok/s, values with "~").
 LITERT_UBUNTU = """Qualcomm is a global technology company that designs, develops, and sells wireless
 communication solutions and processors.
 BenchmarkInfo:
@@ -73,7 +73,7 @@ def test_coherent_text_passes(text):
 
 
 @pytest.mark.parametrize("text", [
-    "The value of 2 3 is $\\boxed{5}$. oreferalitiesmallalitiesmallalitiesmall",      # seed 002
+    "The value of 2 3 is $\\boxed{5}$. oreferalitiesmallalitiesmallalitiesmall",      # wrong soc_model
     "量子计算是一种利用量子力学原理进行... eferalitiesmallalitiesmallalitiesmall",
     "Gravity is the the the the force",
     "",

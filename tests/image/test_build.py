@@ -162,7 +162,7 @@ def test_build_runs_real_kas_container_and_collects_release(env, tmp_path):
     assert rel["layers"]["meta-qcom"] == head
     assert rel["layers"]["meta-edge-llm"] == "0123456789abcdef0123456789abcdef01234567"
     assert (result.release_dir / "kas" / "edge-llm.lock.yml").is_file()
-    kas_text = (result.release_dir / "kas" / "edge-llm.yml").read_text()    # helper B's render, kept
+    kas_text = (result.release_dir / "kas" / "edge-llm.yml").read_text()    # the rendered kas file, kept
     assert 'BB_HASHSERVE = "hashserv.example.lan:8686"' in kas_text and "OEEquivHash" in kas_text
     assert rel["bundle"] == f"flash/{BUNDLE}" and len(rel["artifacts"]) == 17
     log = (result.release_dir / "logs" / "build.log").read_text()

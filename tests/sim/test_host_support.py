@@ -50,7 +50,7 @@ def ssh(vb: VirtualBoard, command: str, timeout: float = 60) -> subprocess.Compl
 
 def litert_cmd(vb: VirtualBoard, prompt: str = "Explain what Qualcomm is in two sentences.",
                backend: str = "npu", user: str | None = None) -> str:
-    """The seed 000 command line, run with the board's QAIRT/LiteRT-LM run environment."""
+    """The litert_lm_main command line of a measured board run, run with the board's QAIRT/LiteRT-LM run environment."""
     from provisioner import catalog, layout
     env = layout.run_env(catalog.board(vb.board_id), "litert_lm", layout.LITERT_QAIRT)
     model = "$(ls /opt/edge-llm/models/gemma-4-e2b/current/*.litertlm)"

@@ -1,4 +1,4 @@
-"""Runtime stand-ins on virtual boards: the seeds' outputs and failure signatures, from board state.
+"""Runtime stand-ins on virtual boards: the runtimes' outputs and failure signatures, from board state.
 
 Every command runs over real ssh inside the board's namespace with the run environment from
 ``provisioner.layout`` (what the fleet uses), so what is tested is what a verifier would see.
@@ -64,7 +64,7 @@ def test_runtime_faults_read_live_from_the_board(gemma):
 
         gemma.add_fault("wrong-soc-model")
         garbage = ssh(gemma, litert_cmd(gemma, QUESTION))
-        assert garbage.returncode == 0                      # no error at all, like seed 002
+        assert garbage.returncode == 0                      # no error at all, as a wrong soc_model gives on a board
         first = garbage.stdout.splitlines()[0]
         assert first.startswith(" ".join(answer_for(QUESTION).split()[:3]))
         assert first.count(GARBAGE_TOKEN) >= 4
