@@ -12,8 +12,8 @@ A child that must close down cleanly (bitbake writes its caches when it gets SIG
 :class:`GracefulStop`: Ctrl-C then asks it to stop and waits, and only escalates after a grace
 period. This is the one process runner: build, litert build, station flash and fleet use it.
 
-Children get the environment the caller passes (:func:`provisioner.context.child_env` builds the
-whitelisted one); ``env=None`` inherits ours, which only tests and benchmarks should rely on.
+Children get the environment the caller passes (:meth:`provisioner.context.RunContext.child_env`
+builds the whitelisted one); ``env=None`` inherits ours, which only tests and benchmarks should rely on.
 """
 
 from __future__ import annotations
@@ -216,8 +216,11 @@ def run_streaming(
             _read_gracefully(proc, take, note, graceful, env)
         proc.wait()
     except KeyboardInterrupt:
-        if graceful is None:
+        if graceful is None:        # the graceful reader has already stopped the child its own way
             _terminate(proc)
+        raise
+    except BaseException:
+        _terminate(proc)            # a failing ``on_line`` must not orphan the child (qdl on a board)
         raise
     finally:
         if timer:

@@ -49,3 +49,23 @@ def test_stop_set_while_running_ends_the_whole_process_group(tmp_path):
 def test_without_stop_the_program_runs_to_its_end():
     res = run_streaming(["sh", "-c", "echo one; echo two; exit 3"], stop=threading.Event())
     assert (res.returncode, res.tail, res.stopped) == (3, ("one", "two"), False)
+
+
+def test_a_failing_line_parser_does_not_leave_the_program_running(tmp_path):
+    """A parser that raises on a line (a bug, or a UserError it decided on) must not orphan the child:
+    an orphaned qdl keeps writing the board after the station reported the attempt over."""
+    pids = tmp_path / "pids"
+    script = f"sleep 300 & echo $$ $! > {pids}; echo started; wait"
+
+    def on_line(line: str) -> None:
+        raise RuntimeError("parser gave up")
+
+    try:
+        run_streaming(["sh", "-c", script], on_line=on_line, timeout_s=120)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the parser's error was swallowed")
+    shell, sleeper = (int(p) for p in pids.read_text().split())
+    assert not _running(shell)
+    assert not _running(sleeper)
