@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from provisioner.contracts import inventory
-from provisioner.fleet.inventory import inventory_from_records
 from provisioner.contracts.release import load_release
+from provisioner.fleet.inventory import inventory_from_records
 from provisioner.image.release import write_release
 from provisioner.station.records import PASSED, Records, build_inventory
 from tests.image.test_release import make_bundle
@@ -39,9 +39,13 @@ def test_station_export_and_fleet_records_give_verify_the_flashed_release(tmp_pa
     assert {k: v for k, v in station.items() if k != "edge_llm_slot"} == fleet
 
 
-def test_verify_role_has_no_second_spelling_of_the_release():
-    path = Path(__file__).resolve().parents[2] / "playbooks/roles/edge_llm_verify/defaults/main.yml"
-    defaults = yaml.safe_load(path.read_text(encoding="utf-8"))
+ROLES = Path(__file__).resolve().parents[2] / "playbooks" / "roles"
+
+
+@pytest.mark.parametrize("role", sorted(p.name for p in ROLES.iterdir() if (p / "defaults/main.yml").is_file()))
+def test_no_role_has_a_second_spelling_of_the_release(role):
+    # The health gate of update-os checks the BUILD_ID as verify does; neither may fall back to the old key.
+    defaults = yaml.safe_load((ROLES / role / "defaults/main.yml").read_text(encoding="utf-8"))
     assert "edge_llm_release" not in str(defaults)
 
 
