@@ -93,6 +93,12 @@ def full_commit_size(repo: Path, commit: str, work: Path) -> int:
     return sum(f.stat().st_size for f in (alone / "objects").rglob("*") if f.is_file())
 
 
+def unfreeze(path: Path) -> None:
+    """``chattr -R -i``: ``ostree admin deploy`` makes deployments immutable, so pytest's tmp (and a
+    bench's work dir) could never be removed; call at teardown."""
+    subprocess.run(["chattr", "-R", "-i", str(path)], check=False, capture_output=True)
+
+
 def deployments(fleet: SimFleet, name: str) -> list[str]:
     """Checksums of the board's deployments (what `ostree admin status` lists)."""
     d = ostree_board.sysroot(fleet.boards[name]) / "ostree/deploy" / ostree_board.OSNAME / "deploy"

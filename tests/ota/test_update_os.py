@@ -53,6 +53,7 @@ def ota(tmp_path_factory):
     finally:
         server.close()
         fleet.stop()
+        of.unfreeze(base)
 
 
 def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
