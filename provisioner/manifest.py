@@ -442,15 +442,10 @@ def _image(c: _Collector, d: Any) -> ImagePolicy:
     if ota is not None and ota not in OTA_KINDS:
         c.add("image.ota", f"unknown OTA kind {ota!r}",
               "use 'ostree' (QLI's qcom-distro-sota flavour) or leave it unset")
-    elif ota is not None:
-        # meta-updater's image_types_ostree.bbclass (uptane/meta-updater f0e1ccaf) turns /opt into a
-        # link to /var/rootdirs/opt and deletes what the image put there ("Data in '/opt' directory is
-        # not preserved by OSTree"), with only a warning. meta-edge-llm installs QAIRT, the LiteRT-LM
-        # runtime and the models under /opt, so a sota image would boot without any of them.
-        c.add("image.ota", "an OSTree (qcom-distro-sota) image would ship without QAIRT, the runtime and the "
-              "models: meta-updater empties /opt in the commit, and meta-edge-llm installs them there",
-              "leave image.ota unset for now; `provisioner ota publish` and `fleet update-os` work on releases "
-              "whose layer installs under /usr")
+    # 'ostree' builds DISTRO qcom-distro-sota (plan.SOTA_INCLUDE). meta-updater empties /opt in the commit
+    # (uptane/meta-updater f0e1ccaf image_types_ostree.bbclass); meta-edge-llm's edge-llm-opt.bbclass
+    # installs QAIRT, the runtime and the models under /usr for sota and links /opt to them at boot, and
+    # the image fails if anything else is left in /opt. Both variants and login policies work with it.
     return ImagePolicy(variant=variant, memlock=memlock, download_mode=int(dm), root_login=login,
                        ssh_authorized_keys=tuple(str(k) for k in keys), inference_user=user,
                        extra_packages=tuple(d.get("extra_packages", []) or []), ota=ota)

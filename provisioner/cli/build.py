@@ -31,7 +31,10 @@ def command(manifest: Path, out_dir: Path, config: Path | None, dry_run: bool, a
     reporter = Reporter(quiet=as_json)
     ctx = context.current()
     host = load_host_config(config, env=ctx.env) if config else None
-    result = build(manifest, out_dir, dry_run=dry_run, reporter=reporter, host_config=host, env=ctx.env)
+    from provisioner.ota.commit import collect as collect_ota
+
+    result = build(manifest, out_dir, dry_run=dry_run, reporter=reporter, host_config=host, env=ctx.env,
+                   ota_collector=collect_ota)
     if isinstance(result, BuildSetup):
         if as_json:
             print_json(result.as_dict())

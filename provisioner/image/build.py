@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -34,13 +34,17 @@ from provisioner.errors import BuildError, UserError
 from provisioner.image.bitbake_log import BitbakeProgress
 from provisioner.image.build_progress import ProgressView, failure_message, failure_report, write_summary
 from provisioner.image.build_setup import BuildSetup, Renderer, prepare_build
-from provisioner.image.collect import find_bundle, layer_commits, versions, write_actual_lock
+from provisioner.image.collect import find_bundle, find_ostree_commit, layer_commits, versions, write_actual_lock
 from provisioner.image.container import engine_env
 from provisioner.image.host_config import Dirs, load_host_config, resolve_dirs
 from provisioner.manifest import Manifest
+from provisioner.plan import IMAGE_RECIPE
 from provisioner.process import GracefulStop, run_streaming
 from provisioner.steps import Listener, Step, StepEvent, StepRunner, emit_to
 from provisioner.ui import Reporter
+
+if TYPE_CHECKING:
+    from provisioner.image.release import OtaCollector
 
 
 class BuildInterrupted(BuildError):
@@ -62,8 +66,10 @@ class _BuildJob:
     """One build's state between its steps: the setup ``prepare`` decided, the bitbake progress, the result."""
 
     def __init__(self, manifest: Manifest, out_dir: Path, *, reporter: Reporter, env: Mapping[str, str],
-                 host_config: Mapping[str, Any] | None, renderer: Renderer | None, dry_run: bool) -> None:
+                 host_config: Mapping[str, Any] | None, renderer: Renderer | None, dry_run: bool,
+                 ota_collector: OtaCollector | None = None) -> None:
         self.manifest, self.out_dir, self.reporter, self.env = manifest, out_dir, reporter, env
+        self.ota_collector = ota_collector
         self.host_config, self.renderer, self.dry_run = host_config, renderer, dry_run
         self.setup: BuildSetup | None = None
         self.progress = BitbakeProgress()
@@ -145,16 +151,27 @@ class _BuildJob:
 
     def collect(self) -> str:
         assert self.setup is not None
-        self.release_dir = collect_release(self.setup, self.progress, self.started, self.duration, self.summary)
+        self.release_dir = collect_release(self.setup, self.progress, self.started, self.duration, self.summary,
+                                           ota_collector=self.ota_collector)
         return f"release: {self.release_dir}"
 
 
 def collect_release(setup: BuildSetup, progress: BitbakeProgress, started: float, duration: float,
-                    summary: dict[str, Any]) -> Path:
-    """The release directory from the deploy folder, with what kas and bitbake really used."""
+                    summary: dict[str, Any], *, ota_collector: OtaCollector | None = None) -> Path:
+    """The release directory from the deploy folder, with what kas and bitbake really used.
+
+    A sota build (manifest ``image.ota: ostree``) also carries its ostreecommit tarball into
+    ``<release>/ostree/`` and release.json ``ota`` through ``ota_collector``.
+    """
     from provisioner.image.release import layers_from_lock, write_release
 
     tarball = find_bundle(setup.dirs.build, setup.machine, setup.image)
+    ota = None
+    if setup.manifest.image.ota == "ostree":
+        if ota_collector is None:
+            raise BuildError("image.ota is ostree but this build was started without the OTA collector",
+                             "run `provisioner build` (it collects the ostreecommit tarball)")
+        ota = (find_ostree_commit(setup.dirs.build, setup.machine, setup.image or IMAGE_RECIPE), ota_collector)
     lock = write_actual_lock(setup.dirs.work, setup.out_dir / ".kas" / setup.manifest.release, setup.kas_file)
     kas_files = list(setup.kas_files) + ([lock] if lock else [])
     # layer commits: what kas checked out, else what bitbake reported, else the rendered pins
@@ -172,17 +189,20 @@ def collect_release(setup: BuildSetup, progress: BitbakeProgress, started: float
         "versions": versions(progress),
     }
     return write_release(setup.manifest, tarball, setup.out_dir, kas_files=kas_files, build_info=build_info,
-                         log_file=setup.log_path, layers=dict(sorted(layers.items())))
+                         log_file=setup.log_path, layers=dict(sorted(layers.items())), ota=ota)
 
 
 def build(manifest_path: Path, out_dir: Path, *, dry_run: bool = False, reporter: Reporter | None = None,
           host_config: Mapping[str, Any] | None = None, renderer: Renderer | None = None,
-          env: Mapping[str, str] | None = None, on_event: Listener | None = None) -> BuildSetup | BuildResult:
+          env: Mapping[str, str] | None = None, on_event: Listener | None = None,
+          ota_collector: OtaCollector | None = None) -> BuildSetup | BuildResult:
     """The whole command as steps: ``prepare``, then (unless ``dry_run``) ``kas-container`` and ``collect``.
 
     ``env``: the run's environment (:attr:`provisioner.context.RunContext.env`); settings such as
     ``$PROVISIONER_BUILD_CONFIG`` and ``$KAS_CONTAINER_ENGINE`` are read from it, not from ours.
     ``on_event`` also gets every :class:`~provisioner.steps.StepEvent` (the progress lines are one listener).
+    ``ota_collector``: :func:`provisioner.ota.commit.collect`, handed in by the CLI (the image stage never
+    imports the OTA stage); needed when the manifest has ``image.ota: ostree``.
     Raises the step's error: :class:`BuildError` (after the failure report) or :class:`BuildInterrupted`.
     """
     from provisioner.manifest import load_manifest
@@ -190,7 +210,7 @@ def build(manifest_path: Path, out_dir: Path, *, dry_run: bool = False, reporter
     reporter = reporter or Reporter()
     env = context.environ() if env is None else env
     job = _BuildJob(load_manifest(manifest_path), out_dir, reporter=reporter, env=env, host_config=host_config,
-                    renderer=renderer, dry_run=dry_run)
+                    renderer=renderer, dry_run=dry_run, ota_collector=ota_collector)
     steps = job.steps()
     by_name = {st.name: st for st in steps}
     number = {st.name: i for i, st in enumerate(steps, 1)}

@@ -44,6 +44,28 @@ def find_bundle(build_dir: Path, machine: str, image: str | None) -> Path:
     return max(found, key=lambda p: p.stat().st_mtime).resolve()
 
 
+# What meta-updater's sota.bbclass (uptane/meta-updater @ f0e1ccaf) adds to IMAGE_FSTYPES with
+# BUILD_OSTREE_REPO_TARBALL = "1" (set by meta-qcom-distro qcom-distro-sota.inc @ 775dc8c7).
+OSTREE_COMMIT_SUFFIX = ".rootfs.ostreecommit.tar.xz"
+
+
+def find_ostree_commit(build_dir: Path, machine: str, image: str) -> Path:
+    """The ``<image>-<machine>.rootfs.ostreecommit.tar.xz`` a sota build wrote (link name, else the newest dated)."""
+    name = f"{image}-{machine}{OSTREE_COMMIT_SUFFIX}"
+    found: list[Path] = []
+    for tmp in sorted(build_dir.glob("tmp*")):
+        deploy = tmp / "deploy" / "images" / machine
+        if (deploy / name).is_file():
+            return (deploy / name).resolve()
+        found += [p for p in deploy.glob(f"{image}-{machine}.rootfs-*.ostreecommit.tar.xz") if p.is_file()]
+    if not found:
+        raise BuildError(f"image.ota is ostree but {build_dir}/tmp/deploy/images/{machine}/{name} was not written",
+                         "the sota distro writes it with BUILD_OSTREE_REPO_TARBALL = \"1\" (meta-qcom-distro "
+                         "qcom-distro-sota.inc); check that render chained ci/qcom-distro-sota.yml and the log's "
+                         "do_image_ostreecommit")
+    return max(found, key=lambda p: p.name).resolve()
+
+
 def layer_commits(work_dir: Path) -> dict[str, str]:
     """``{repo: HEAD commit}`` of every git checkout kas made in the work folder."""
     out: dict[str, str] = {}

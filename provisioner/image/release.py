@@ -13,7 +13,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ from provisioner.contracts.release import (  # noqa: F401 - re-exported for the 
     tree_digest,
 )
 from provisioner.errors import ArtifactError, UserError
+
+# (ostreecommit tarball, release staging dir, machine) -> release.json "ota" (provisioner.ota.commit.collect)
+OtaCollector = Callable[[Path, Path, str], dict[str, Any]]
 
 # -- writing -------------------------------------------------------------------------------
 
@@ -112,6 +115,7 @@ def write_release(
     simulated: bool = False,
     log_file: Path | None = None,
     layers: Mapping[str, str] | None = None,
+    ota: tuple[Path, OtaCollector] | None = None,
 ) -> Path:
     """Assemble ``<out_root>/<release-id>/`` atomically and return its path.
 
@@ -120,7 +124,9 @@ def write_release(
     ``layers`` (unless ``layers`` is given). ``build_info`` is stored as ``build`` (host,
     started, duration_s, sstate...). Everything is built in a hidden sibling folder and renamed
     into place, so a crash never leaves a half-written release; an existing release with the
-    same id is replaced only once the new one is complete.
+    same id is replaced only once the new one is complete. ``ota`` is a sota build's
+    ``(ostreecommit tarball, collector)``: the collector (the OTA stage's ``commit.collect``, handed in so
+    this stage does not import a later one) copies it into the release and returns release.json ``ota``.
     """
     bundle_dir = Path(bundle_dir)
     out_root = Path(out_root)
@@ -173,6 +179,9 @@ def write_release(
             raise ArtifactError(f"{bundle_dir}: bundle is for machine '{machine}' but the manifest board is "
                                 f"{manifest.board.id} ({manifest.board.kas_machine})",
                                 "collect the bundle built for this manifest's board")
+        if ota is not None:
+            tarball, collector = ota
+            data["ota"] = collector(Path(tarball), staging, manifest.board.kas_machine)
         _atomic_write_json(staging / RELEASE_JSON, data)
         _swap_into_place(staging, final)
     except BaseException:

@@ -8,6 +8,7 @@ in ``standin.json`` beside it (:func:`standin`), not in the environment kas-cont
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -450,3 +451,41 @@ def test_cli_build_json_result(env, tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] and data["release_dir"] == str(tmp_path / "out" / "rel-7")
     assert data["summary"]["sstate"]["match_pct"] == 92 and data["summary"]["status"] == "ok"
+
+
+def _sota_manifest(tmp_path: Path) -> Path:
+    m = write_manifest(tmp_path)
+    m.write_text(m.read_text() + "image:\n  ota: ostree\n")
+    return m
+
+
+@pytest.mark.skipif(shutil.which("ostree") is None, reason="needs the ostree CLI")
+def test_sota_build_collects_the_ostree_commit_into_the_release(env, tmp_path):
+    """image.ota: ostree -> the deploy folder's ostreecommit.tar.xz lands in <release>/ostree/ and release.json."""
+    from provisioner.ota.commit import collect
+    from provisioner.sim.ostree_image import build_commit
+
+    tree = tmp_path / "rootfs"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc/os-release").write_text('ID=qcom-distro\nBUILD_ID="rel-7"\n')
+    (tree / "usr/lib/edge-llm/opt/qairt/2.44.0.260225").mkdir(parents=True)
+    (tree / "usr/lib/edge-llm/opt/qairt/2.44.0.260225/VERSION").write_text("2.44.0.260225\n")
+    deploy = tmp_path / "w" / "build" / "tmp" / "deploy" / "images" / "iq-8275-evk"   # the host side of /build
+    tarball, commit, _ = build_commit(tree, tmp_path / "ostree-work", deploy, image="edge-llm-image",
+                                      machine="iq-8275-evk")
+    assert tarball.name == "edge-llm-image-iq-8275-evk.rootfs.ostreecommit.tar.xz"
+    result = do_build(_sota_manifest(tmp_path), tmp_path / "out", ota_collector=collect)
+    rel = json.loads((result.release_dir / "release.json").read_text())
+    assert rel["ota"]["commit"] == commit and rel["ota"]["branch"] == "iq-8275-evk"
+    assert rel["ota"]["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
+    assert (result.release_dir / "ostree" / "ostreecommit.tar.xz").read_bytes() == tarball.read_bytes()
+
+
+def test_sota_build_without_the_commit_tarball_names_the_file(env, tmp_path):
+    from provisioner.ota.commit import collect
+
+    with pytest.raises(BuildError) as err:
+        do_build(_sota_manifest(tmp_path), tmp_path / "out", ota_collector=collect)
+    assert "\n" not in err.value.message
+    assert "tmp/deploy/images/iq-8275-evk/edge-llm-image-iq-8275-evk.rootfs.ostreecommit.tar.xz" in err.value.message
+    assert not (tmp_path / "out" / "rel-7").exists()      # no release without its commit

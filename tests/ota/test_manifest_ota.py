@@ -1,4 +1,4 @@
-"""Manifest `image.ota`: refused with the reason while the layer installs under /opt; unknown kinds are located."""
+"""Manifest `image.ota`: 'ostree' is accepted (the layer keeps /opt trees under /usr); unknown kinds are located."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from provisioner.errors import ManifestError
+from provisioner.image.render import render
 from provisioner.manifest import load_manifest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gemma4-e2b-iq8275.yaml"
@@ -21,13 +22,16 @@ def _with_image(tmp_path: Path, **image: object) -> Path:
     return out
 
 
-def test_ota_ostree_is_refused_while_the_layer_installs_under_opt(tmp_path: Path) -> None:
-    """A sota image empties /opt (meta-updater image_types_ostree.bbclass): refuse before a 250 GB build."""
+@pytest.mark.parametrize("variant", ["production", "debug"])
+def test_ota_ostree_is_accepted_and_renders_the_sota_distro(variant: str, tmp_path: Path) -> None:
+    """The sota flavour is selected the way meta-qcom's CI does: ci/qcom-distro-sota.yml after the image."""
     assert load_manifest(_with_image(tmp_path)).image.ota is None
-    with pytest.raises(ManifestError) as err:
-        load_manifest(_with_image(tmp_path, ota="ostree"))
-    problem = next(str(p) for p in err.value.problems if "image.ota" in str(p))
-    assert "empties /opt" in problem and "QAIRT" in problem and "leave image.ota unset" in problem
+    m = load_manifest(_with_image(tmp_path, ota="ostree", variant=variant))
+    assert m.image.ota == "ostree"
+    plan = render(m, tmp_path / "out", inspect=False).plan
+    assert plan.distro == "qcom-distro-sota" and plan.ota == "ostree"
+    assert plan.includes[-1] == ("meta-qcom", "ci/qcom-distro-sota.yml")
+    assert ("meta-qcom", "ci/qcom-distro-multimedia-image.yml") in plan.includes
 
 
 def test_unknown_ota_kind_is_a_located_problem(tmp_path: Path) -> None:
