@@ -154,6 +154,12 @@ def read_token(path):
 
 
 def probe(module, instances, token):
+    """Endpoints and auth of each instance: the board's token accepted, a request without it refused (401)."""
+    if not token:
+        # fleet launch always installs the token; without it nothing here could tell an open service from a
+        # protected one, so the probe fails instead of passing an unauthenticated API.
+        return {"kind": "launch", "endpoints": {}, "auth": "unknown"}, [
+            f"cannot read the board's API token {module.params['token_file']} (fleet launch installs it)"]
     endpoints, problems = {}, []
     for inst in instances:
         model = str(inst["model"])
@@ -166,9 +172,9 @@ def probe(module, instances, token):
             continue
         if ok != 200:
             problems.append(f"{model}: GET /v1/models with the board's token answered {ok}")
-        if token and anon != 401:
+        if anon != 401:
             problems.append(f"{model}: GET /v1/models without a token answered {anon}, not 401")
-    return {"kind": "launch", "endpoints": endpoints, "auth": "bearer" if token else "none (loopback)"}, problems
+    return {"kind": "launch", "endpoints": endpoints, "auth": "bearer"}, problems
 
 
 def bench(module, instances, token):
