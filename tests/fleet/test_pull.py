@@ -194,3 +194,24 @@ def test_role_renders_valid_playbooks():
         proc = subprocess.run(["ansible-playbook", "--syntax-check", "-i", "inventory/example.yml", f"playbooks/{pb}"],
                               cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_failed_pull_report_carries_no_git_credential(tmp_path):
+    # The report is uploaded to the collector and read on the controller; the URL's password must not be in it.
+    fake = tmp_path / "ansible-pull"
+    fake.write_text("#!/bin/sh\necho \"fatal: could not read from $2\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    url = "https://ops:s3cret-pw@git.lan:8443/fleet.git"
+    cfg = {"name": "b1", "url": url, "branch": "main", "playbook": "local.yml", "only_if_changed": True,
+           "ansible_pull": str(fake), "checkout": str(tmp_path / "checkout"), "inventory": str(tmp_path / "inv.yml"),
+           "reports": str(tmp_path / "reports"), "collector_url": ""}
+    (tmp_path / "pull.json").write_text(json.dumps(cfg))
+    script = REPO / "playbooks/roles/edge_llm_pull/files/edge-llm-pull.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "pull.json")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    report = (tmp_path / "reports" / "b1.jsonl").read_text()
+    assert "s3cret-pw" not in report and "ops@" not in report
+    head = json.loads(report.splitlines()[0])
+    assert head["url"] == "https://git.lan:8443/fleet.git"
+    assert "could not read from https://git.lan:8443/fleet.git" in json.loads(report.splitlines()[1])["msg"]

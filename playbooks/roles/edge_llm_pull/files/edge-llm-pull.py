@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -34,6 +35,16 @@ def pull_argv(cfg: dict) -> list[str]:
     if cfg.get("only_if_changed"):
         argv.append("--only-if-changed")
     return argv + [cfg["playbook"]]
+
+
+def public_url(url: str) -> str:
+    """The git URL without its user:password part: a report is uploaded and read by others, a credential is not."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password and not parts.username:
+        return url
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def pull_env(cfg: dict) -> dict[str, str]:
@@ -79,11 +90,12 @@ def main(config: str) -> int:
     if ran or proc.returncode != 0:
         if not ran:     # the clone or ansible-playbook itself failed: say so in the report
             msg = " | ".join(ln.strip() for ln in (other + proc.stderr.splitlines()) if ln.strip())[-1500:]
+            msg = msg.replace(cfg["url"], public_url(cfg["url"]))
             events += [json.dumps({"event": "host", "host": cfg["name"], "task": "ansible-pull",
                                    "action": "ansible-pull", "status": "failed", "changed": False,
                                    "msg": msg or f"ansible-pull exited {proc.returncode}"}),
                        json.dumps({"event": "stats", "hosts": {cfg["name"]: {"failures": 1}}})]
-        head = {"event": "pull", "host": cfg["name"], "url": cfg["url"], "branch": cfg.get("branch"),
+        head = {"event": "pull", "host": cfg["name"], "url": public_url(cfg["url"]), "branch": cfg.get("branch"),
                 "commit": head_commit(cfg["checkout"]), "rc": proc.returncode, "t": round(time.time(), 3)}
         tmp = report.with_suffix(".tmp")
         tmp.write_text("\n".join([json.dumps(head, sort_keys=True), *events]) + "\n", encoding="utf-8")
