@@ -335,7 +335,7 @@ class Records:
             while True:
                 try:
                     return self._transaction(body)
-                except sqlite3.OperationalError as exc:
+                except sqlite3.DatabaseError as exc:     # OperationalError (full, locked) or corruption
                     if not is_no_space(exc, self.path):
                         raise self._db_error(exc) from None
                     self.space_error = self.space_error or no_space_error(self.path, "sqlite database")

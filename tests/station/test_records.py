@@ -176,3 +176,20 @@ def test_ctrl_c_stops_qdl_and_records_interrupted(station, release_8275, tmp_pat
         assert rec.recovered == []
     assert {h["result"] for h in hist} == {INTERRUPTED}
     assert all(h["error"] == "interrupted by the operator" for h in hist)
+
+
+def test_a_corrupt_database_met_while_writing_is_one_station_error(tmp_path, monkeypatch):
+    """SQLite reports corruption (SQLITE_CORRUPT) as DatabaseError, not OperationalError: the station
+    must still say which database is unusable in one line, not crash with a traceback."""
+    import sqlite3
+
+    rec = Records(tmp_path / "station.db")
+    try:
+        def corrupt(body):
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        monkeypatch.setattr(rec, "_transaction", corrupt)
+        with pytest.raises(StationError, match="station.db is unusable"):
+            rec.board_seen("0AA94EFD")
+    finally:
+        rec.close()
