@@ -88,10 +88,9 @@ def test_a_thousand_idle_sockets_do_not_break_health(start_board):
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")   # never finishes its head
         idle.append(s)
     try:
-        started = time.monotonic()
+        # a server that parks a thread or the loop on each unfinished head never answers: raw's 20 s timeout
         status, _, body = raw(board, "GET", "/health")
         assert status == 200 and json.loads(body)["ready"] is True
-        assert time.monotonic() - started < 5
     finally:
         for s in idle:
             s.close()
@@ -150,11 +149,9 @@ def test_client_disconnect_cancels_its_generation_and_queued_ones_never_start(st
     time.sleep(0.5)
     for s in socks:
         s.close()
-    started = time.monotonic()
-    # 2000 tokens x 10 ms would hold the NPU 20 s per request; cancelled, the next answer is immediate
+    # 2000 tokens x 10 ms would hold the NPU 20 s per request (raw's timeout); cancelled, the next one runs
     status, _, body = post(board, "/v1/completions", {"prompt": "after", "max_tokens": 2})
     assert status == 200 and json.loads(body)["choices"][0]["text"] == "alpha beta "
-    assert time.monotonic() - started < 5
     assert _cancelled(board) == 1          # the running one was cancelled; the queued two never started
 
 
