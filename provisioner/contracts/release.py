@@ -46,6 +46,16 @@ FORMAT = 1
 RELEASE_JSON = "release.json"
 #: ``image.ota`` values a manifest may ask for, and ``ota.kind`` in release.json (provisioner.ota).
 OTA_KINDS = ("ostree",)
+#: What meta-updater's sota.bbclass (uptane/meta-updater @ f0e1ccaf) adds to IMAGE_FSTYPES with
+#: BUILD_OSTREE_REPO_TARBALL = "1"; bitbake names the file ``<IMAGE_LINK_NAME>.ostreecommit.tar.xz``.
+OSTREE_TARBALL_SUFFIX = ".ostreecommit.tar.xz"
+
+
+def ostree_tarball_name(image: str, machine: str) -> str:
+    """``<image>-<machine>.rootfs.ostreecommit.tar.xz`` (oe-core's IMAGE_LINK_NAME is ``<image>-<machine>.rootfs``)."""
+    return f"{image}-{machine}.rootfs{OSTREE_TARBALL_SUFFIX}"
+
+
 TARBALL_SUFFIX = ".qcomflash.tar.gz"
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from provisioner.contracts.release import OSTREE_TARBALL_SUFFIX, ostree_tarball_name
 from provisioner.errors import BuildError
 from provisioner.image.bitbake_log import BitbakeProgress
 
@@ -44,20 +45,15 @@ def find_bundle(build_dir: Path, machine: str, image: str | None) -> Path:
     return max(found, key=lambda p: p.stat().st_mtime).resolve()
 
 
-# What meta-updater's sota.bbclass (uptane/meta-updater @ f0e1ccaf) adds to IMAGE_FSTYPES with
-# BUILD_OSTREE_REPO_TARBALL = "1" (set by meta-qcom-distro qcom-distro-sota.inc @ 775dc8c7).
-OSTREE_COMMIT_SUFFIX = ".rootfs.ostreecommit.tar.xz"
-
-
 def find_ostree_commit(build_dir: Path, machine: str, image: str) -> Path:
     """The ``<image>-<machine>.rootfs.ostreecommit.tar.xz`` a sota build wrote (link name, else the newest dated)."""
-    name = f"{image}-{machine}{OSTREE_COMMIT_SUFFIX}"
+    name = ostree_tarball_name(image, machine)
     found: list[Path] = []
     for tmp in sorted(build_dir.glob("tmp*")):
         deploy = tmp / "deploy" / "images" / machine
         if (deploy / name).is_file():
             return (deploy / name).resolve()
-        found += [p for p in deploy.glob(f"{image}-{machine}.rootfs-*.ostreecommit.tar.xz") if p.is_file()]
+        found += [p for p in deploy.glob(f"{image}-{machine}.rootfs-*{OSTREE_TARBALL_SUFFIX}") if p.is_file()]
     if not found:
         raise BuildError(f"image.ota is ostree but {build_dir}/tmp/deploy/images/{machine}/{name} was not written",
                          "the sota distro writes it with BUILD_OSTREE_REPO_TARBALL = \"1\" (meta-qcom-distro "

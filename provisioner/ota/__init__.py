@@ -55,6 +55,5 @@ from provisioner.contracts.release import OTA_KINDS
 
 __all__ = ["OTA_KINDS"]
 TARBALL_PATH = "ostree/ostreecommit.tar.xz"
-TARBALL_SUFFIX = ".ostreecommit.tar.xz"
 INDEX_FILE = "edge-llm-ota.json"
 RELEASE_REF_PREFIX = "edge-llm/releases/"

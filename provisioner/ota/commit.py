@@ -18,7 +18,7 @@ from typing import Any
 
 from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import ArtifactError
-from provisioner.ota import OTA_KINDS, TARBALL_PATH, TARBALL_SUFFIX, ostree
+from provisioner.ota import OTA_KINDS, TARBALL_PATH, ostree
 
 HEX = set("0123456789abcdef")
 
@@ -40,19 +40,6 @@ class OtaCommit:
         return {"kind": "ostree", "tarball": self.tarball, "sha256": self.sha256, "size": self.size,
                 "branch": self.branch, "commit": self.commit, "version": self.version, "subject": self.subject,
                 "content_size": self.content_size}
-
-
-def find_tarball(deploy_dir: Path, image: str, machine: str) -> Path:
-    """The link name bitbake gives the tarball (IMAGE_LINK_NAME + type), else the newest dated one."""
-    link = deploy_dir / f"{image}-{machine}.rootfs{TARBALL_SUFFIX}"
-    if link.is_file():
-        return link
-    dated = sorted(deploy_dir.glob(f"{image}-{machine}.rootfs-*{TARBALL_SUFFIX}"), key=lambda p: p.name)
-    if dated:
-        return dated[-1]
-    raise ArtifactError(f"{deploy_dir}: no {image}-{machine}.rootfs{TARBALL_SUFFIX}",
-                        "the sota distro writes it only with BUILD_OSTREE_REPO_TARBALL = \"1\" "
-                        "(meta-qcom-distro qcom-distro-sota.inc); render with image.ota: ostree and build again")
 
 
 def extract_repo(tarball: Path, dest: Path) -> Path:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.errors import ArtifactError
-from provisioner.ota.commit import find_tarball, read_tarball
+from provisioner.errors import ArtifactError, BuildError
+from provisioner.image.collect import find_ostree_commit
+from provisioner.ota.commit import read_tarball
 from provisioner.sim.ostree_image import build_commit
 from tests.ota.conftest import IMAGE, MACHINE, needs_ostree, rootfs
 
@@ -19,9 +20,9 @@ def test_tarball_has_meta_updaters_name_and_shape(tmp_path: Path) -> None:
     tree = rootfs(tmp_path / "rootfs", runtime=b"r" * 100, model=b"m" * 100)
     (tree / "opt/qairt/2.44").mkdir(parents=True)
     (tree / "opt/qairt/2.44/libQnnHtp.so").write_bytes(b"q")
-    tarball, commit, dropped = build_commit(tree, tmp_path / "work", tmp_path / "deploy", image=IMAGE,
-                                            machine=MACHINE)
-    assert find_tarball(tmp_path / "deploy", IMAGE, MACHINE) == tarball
+    deploy = tmp_path / "build" / "tmp" / "deploy" / "images" / MACHINE
+    tarball, commit, dropped = build_commit(tree, tmp_path / "work", deploy, image=IMAGE, machine=MACHINE)
+    assert find_ostree_commit(tmp_path / "build", MACHINE, IMAGE) == tarball.resolve()
     assert tarball.name == "qcom-multimedia-image-iq-8275-evk.rootfs.ostreecommit.tar.xz"
     with tarfile.open(tarball) as tf:
         names = tf.getnames()
@@ -49,5 +50,5 @@ def test_not_a_commit_tarball_is_one_line(tmp_path: Path) -> None:
         tf.add(tmp_path / "hello", arcname="./hello")
     with pytest.raises(ArtifactError, match="no archive-mode OSTree repository"):
         read_tarball(bad, MACHINE)
-    with pytest.raises(ArtifactError, match="BUILD_OSTREE_REPO_TARBALL"):
-        find_tarball(tmp_path, IMAGE, MACHINE)
+    with pytest.raises(BuildError, match="BUILD_OSTREE_REPO_TARBALL"):
+        find_ostree_commit(tmp_path, MACHINE, IMAGE)
