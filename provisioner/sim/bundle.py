@@ -31,7 +31,6 @@ from typing import Any
 import yaml
 
 from provisioner import catalog, layout, shipped
-from provisioner.artifacts.hashing import sha256_file
 from provisioner.errors import SimError
 
 DEFAULT_IMAGE = "edge-llm-image"
@@ -146,6 +145,16 @@ def _program(sector_size: int, lun: int, label: str, filename: str, sectors: int
             "physical_partition_number": str(lun), "readbackverify": "false",
             "size_in_KB": f"{sectors * sector_size / 1024:.1f}", "sparse": "false",
             "start_byte_hex": start_byte, "start_sector": start}
+
+
+def _sha256(path: Path) -> str:
+    """Our own hash of a model file: the fleet's verify hashes it with production code, which must not
+    agree with the simulator by construction."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- rootfs
@@ -351,7 +360,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
             raise SimError(f"no file for model '{m.name}' to put into the synthetic image",
                            "pass model_files={name: path} (see provisioner.sim.synthetic_models)")
         src = Path(src)
-        sha = m.sha256 or (sha256_file(src) if src.is_file() else None)
+        sha = m.sha256 or (_sha256(src) if src.is_file() else None)
         version = layout.model_version_id(sha, "1")
         vdir = tree / layout.model_version_dir(m.name, version).lstrip("/")
         vdir.mkdir(parents=True, exist_ok=True)
@@ -366,7 +375,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
         meta: dict[str, Any] = {"name": m.name, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt,
                                 "version": version,
                                 "files": [{"name": n, "size": (vdir / n).stat().st_size,
-                                           "sha256": sha if src.is_file() else sha256_file(vdir / n)} for n in names]}
+                                           "sha256": sha if src.is_file() else _sha256(vdir / n)} for n in names]}
         if src.is_file():
             meta.update(sha256=sha, size=src.stat().st_size, file=src.name)
         (vdir / layout.MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
