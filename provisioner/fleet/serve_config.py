@@ -12,6 +12,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.contracts.inventory import ModelVars
+from provisioner.errors import FleetError
 from provisioner.fleet.onboard import serve
 
 SMOKE_TIMEOUT_S = 300
@@ -28,10 +29,14 @@ LIMITS = {"max_connections": 2048, "max_handlers": 64, "idle_timeout_s": 10, "re
 
 def controller_token(inventory: Path, host: str) -> str | None:
     """The bearer token ``fleet launch`` generated for ``host`` (None before the first launch)."""
+    path = Path(inventory).parent / TOKEN_DIR_NAME / host
     try:
-        return (Path(inventory).parent / TOKEN_DIR_NAME / host).read_text(encoding="utf-8").strip() or None
+        return path.read_text(encoding="utf-8").strip() or None
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FleetError(f"cannot read {host}'s API token {path}: {getattr(exc, 'strerror', None) or exc}",
+                         "it must be a file only this user can read (fleet launch writes it with mode 0600)") from None
 
 
 def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind: str = "127.0.0.1",

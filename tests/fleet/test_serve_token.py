@@ -33,3 +33,15 @@ def test_controller_token_is_read_beside_the_inventory(tmp_path):
     (tmp_path / ".edge-llm-tokens").mkdir()
     (tmp_path / ".edge-llm-tokens" / "board-1").write_text("A" * 43 + "\n")
     assert controller_token(inv, "board-1") == "A" * 43
+
+
+def test_an_unreadable_token_is_one_fleet_error(tmp_path):
+    """A token path that is a folder (or unreadable) says which file and what it must be, not a traceback."""
+    from provisioner.errors import FleetError
+    from provisioner.fleet.serve_config import TOKEN_DIR_NAME, controller_token
+
+    inv = tmp_path / "inventory.yml"
+    (tmp_path / TOKEN_DIR_NAME / "board-1").mkdir(parents=True)
+    with pytest.raises(FleetError, match=r"cannot read board-1's API token .*board-1"):
+        controller_token(inv, "board-1")
+    assert controller_token(inv, "board-2") is None
