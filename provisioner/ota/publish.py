@@ -138,10 +138,18 @@ def _write_index(repo: Path, release: str, entry: dict[str, Any]) -> None:
     if path.is_file():
         with contextlib.suppress(OSError, ValueError):
             index = json.loads(path.read_text())
+    if not isinstance(index, dict) or not isinstance(index.get("releases", {}), dict):
+        raise UserError(f"{path}: not an edge-llm OTA index (want an object with 'releases')",
+                        "move it away; publish writes a new one from the repository's releases")
     index.setdefault("releases", {})[release] = entry
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror}", "free space on the repository's filesystem, then "
+                        "publish again (the commit and deltas are already in; publishing is idempotent)") from None
 
 
 def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg_key_file: Path | None = None,

@@ -154,3 +154,13 @@ def test_ostree_gets_the_runs_path_and_none_of_its_secrets(tmp_path: Path, two_r
     text = seen.read_text()                            # the run's PATH found the wrapper: ostree ran through it
     assert text.count("---") >= 3 and f"PATH={bindir}:" in text
     assert "s3cret" not in text and "root-pw" not in text and "PROVISIONER_" not in text
+
+
+def test_a_foreign_index_file_is_one_line(cli, tmp_path: Path, two_releases) -> None:
+    """A hand-edited edge-llm-ota.json that is JSON but not our object stops publish with the file named."""
+    r1, _ = two_releases
+    srv = tmp_path / "srv"
+    assert cli("ota", "publish", r1, "--repo", srv).code == 0
+    (srv / "edge-llm-ota.json").write_text("[1, 2]\n")
+    res = cli("ota", "publish", r1, "--repo", srv)
+    assert res.code == 2 and "edge-llm-ota.json: not an edge-llm OTA index" in res.err
