@@ -342,6 +342,13 @@ class Records:
                     if not self.reserve.release():
                         raise self.space_error from None
 
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """One query; a locked or corrupt database is the same one-line StationError as on write."""
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._db_error(exc) from None
+
     def _transaction(self, body: Callable[[sqlite3.Cursor], T]) -> T:
         cur = self.db.cursor()
         cur.execute("BEGIN IMMEDIATE")
@@ -535,7 +542,7 @@ class Records:
         if serial:
             sql += " WHERE serial = ?"
             args = (serial.upper(),)
-        rows = self.db.execute(sql + " ORDER BY id DESC", args).fetchall()
+        rows = self._read(sql + " ORDER BY id DESC", args)
         out = []
         for r in rows:
             d = dict(r)
@@ -546,20 +553,20 @@ class Records:
         return out
 
     def events(self, attempt_id: int) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT * FROM events WHERE attempt_id=? ORDER BY id", (attempt_id,)).fetchall()
+        rows = self._read("SELECT * FROM events WHERE attempt_id=? ORDER BY id", (attempt_id,))
         return [dict(r) | {"detail": json.loads(r["detail"]) if r["detail"] else None} for r in rows]
 
     def boards(self) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT * FROM boards ORDER BY slot, serial").fetchall()
+        rows = self._read("SELECT * FROM boards ORDER BY slot, serial")
         return [dict(r) | {"identity": json.loads(r["identity"]) if r["identity"] else None} for r in rows]
 
     def passed_boards(self) -> list[dict[str, Any]]:
         """Boards whose latest finished attempt passed, with that attempt's release and identity."""
-        rows = self.db.execute(
+        rows = self._read(
             "SELECT a.*, b.address AS address, b.identity AS board_identity FROM attempts a "
             "LEFT JOIN boards b ON b.serial = a.serial "
             "WHERE a.id = (SELECT MAX(id) FROM attempts x WHERE x.serial = a.serial AND x.result != ?) "
-            "AND a.result = ? ORDER BY a.board, a.slot, a.serial", (RUNNING, PASSED)).fetchall()
+            "AND a.result = ? ORDER BY a.board, a.slot, a.serial", (RUNNING, PASSED))
         out = []
         for r in rows:
             d = dict(r)

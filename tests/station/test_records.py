@@ -193,3 +193,24 @@ def test_a_corrupt_database_met_while_writing_is_one_station_error(tmp_path, mon
             rec.board_seen("0AA94EFD")
     finally:
         rec.close()
+
+
+def test_a_corrupt_database_met_while_reading_is_one_line(tmp_path, monkeypatch):
+    """Corruption SQLite finds only when a query reaches a damaged page (DatabaseError on read): every
+    reader (history, events, boards, passed boards) says which database is unusable in one line."""
+    import sqlite3
+
+    class Damaged:
+        def execute(self, *_a):
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+    rec = Records(tmp_path / "station.db")
+    try:
+        real = rec.db
+        monkeypatch.setattr(rec, "db", Damaged())
+        for read in (rec.history, rec.boards, rec.passed_boards, lambda: rec.events(1)):
+            with pytest.raises(StationError, match="station.db is unusable"):
+                read()
+    finally:
+        rec.db = real
+        rec.close()
