@@ -38,7 +38,8 @@ BUILTIN_EXAMPLES = ("gemma4-e2b-iq8275.yaml", "nemotron-nano-iq9075.yaml")
 FAULT_RUNTIME = {"no-burst": "litert_lm", "soc-config-14001": "litert_lm", "wrong-soc-model": "genie"}
 CONSOLE_PASSWORD_FILE = "console.pw"   # in the sim root, mode 0600
 HOST_TOOLS = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("mkfs.ext4", "e2fsprogs"),
-              ("debugfs", "e2fsprogs"), ("unshare", "util-linux"))
+              ("debugfs", "e2fsprogs"), ("unshare", "util-linux"),
+              ("gcc", "gcc"))      # builds the virtual boards' stand-in NPU libraries (provisioner/sim/clib)
 PYTHON_TOOLS = ("ansible-playbook", "ansible-inventory")   # ansible-core, a pip dependency of this tool
 
 
