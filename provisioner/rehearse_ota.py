@@ -20,7 +20,6 @@ Only rehearse.py imports this module (it may import the simulator, like rehearse
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -213,4 +212,4 @@ def unfreeze(path: Path) -> None:
     """``chattr -R -i``: what ``ostree admin deploy`` made immutable may be removed again."""
     if path.exists() and shutil.which("chattr"):
         subprocess.run(["chattr", "-R", "-i", str(path)], check=False, capture_output=True,
-                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                       env={"PATH": context.environ().get("PATH", "/usr/bin:/bin")})

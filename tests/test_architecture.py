@@ -12,8 +12,10 @@ The rule, checked on every module (``ast``, module- and function-level imports a
 - ``station`` and ``fleet`` read models, pins and thresholds from the release contract, never from
   the ``Manifest`` nor from the image stage that writes it: they may not import ``manifest``, ``plan``
   or ``image``.
-- ``cli``, ``rehearse`` and ``__main__`` are the edges and may import anything.
-- Nothing but ``rehearse`` and ``cli.sim`` (and ``sim`` itself) imports ``provisioner.sim``: production
+- ``cli``, ``rehearse`` (with its OTA steps, ``rehearse_ota``) and ``__main__`` are the edges and may
+  import anything.
+- Nothing but ``rehearse``, ``rehearse_ota`` and ``cli.sim`` (and ``sim`` itself) imports
+  ``provisioner.sim``: production
   never depends on the simulator. ``sim`` may import foundations, catalog and data types, but not
   the station's or the fleet's logic it stands in for.
 
@@ -33,8 +35,8 @@ STAGES = {"catalog": 0, "manifest": 0, "plan": 1, "artifacts": 2, "check": 2, "i
           "fleet": 5}
 FOUNDATIONS = {"contracts", "context", "errors", "layout", "ui", "process", "steps", "tools", "shipped",
                "yamlsafe", "artifacts.hashing"}
-EDGES = {"cli", "rehearse", "__main__", "__init__"}
-SIM_USERS = {"rehearse", "cli.sim"}
+EDGES = {"cli", "rehearse", "rehearse_ota", "__main__", "__init__"}
+SIM_USERS = {"rehearse", "rehearse_ota", "cli.sim"}
 
 # (importing module, imported module) -> why it is still there
 KNOWN: dict[tuple[str, str], str] = {
