@@ -4,8 +4,8 @@
 Two releases against the same base image: a runtime-only change (a rebuilt runtime library) and a
 model-only change (new weights). The base image is the virtual board's rootfs padded with
 --image-mib of unchanging files, so the "however large the image" part of the goal is measured.
-The model sits under /usr/share in the commit here: meta-updater drops /opt from the commit today
-(image_types_ostree.bbclass @ f0e1ccaf), so a model in /opt would not travel by OTA at all.
+The model sits under /usr in the commit, as meta-edge-llm installs it on a sota image: meta-updater
+drops /opt from the commit (image_types_ostree.bbclass @ f0e1ccaf).
 
 Prints:
   bytes     per board, `ostree pull REMOTE BRANCH@COMMIT` (what update-os runs) with the static delta and
