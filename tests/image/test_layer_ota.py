@@ -19,6 +19,7 @@ from provisioner.image.render import render
 from provisioner.manifest import load_manifest
 from tests.image import bbparse
 from tests.image.kas_fixtures import write_manifest
+from tests.image.test_layer import _Fatal
 
 LAYER = bbparse.LAYER
 SOTA = 'DISTRO_FEATURES = "systemd usrmerge sota"\n'
@@ -152,15 +153,6 @@ def test_model_in_a_sota_image_links_version_and_keeps_the_fleets_current(tmp_pa
     assert ["L+", vdir, "-", "-", "-", "-", f"{STORE}{vdir}"] in lines
     # `L` without `+`: a model the fleet switched `current` to survives the next boot
     assert ["L", layout.model_current("nano"), "-", "-", "-", "-", version] in lines
-
-
-class _Fatal(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 @pytest.mark.parametrize("local,refused", [(SOTA, True), (PLAIN, False)])
