@@ -26,9 +26,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import shlex  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
@@ -40,11 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from provisioner import catalog  # noqa: E402
-from provisioner.contracts.inventory import HostVars, ModelVars  # noqa: E402
-from provisioner.fleet import service  # noqa: E402
 from provisioner.manifest import load_manifest  # noqa: E402
-from provisioner.sim import bundle, control, host, ports  # noqa: E402
+from provisioner.sim import bundle, control, host  # noqa: E402
 from provisioner.sim.board import VirtualBoard  # noqa: E402
+from tests.sim.servehelp import start_service  # noqa: E402
 
 PROMPT = "Explain what Qualcomm is in two sentences."
 
@@ -57,28 +54,10 @@ def start_board(root: Path, board_id: str, serial: str) -> tuple[VirtualBoard, s
     vb.set_state("booted", build_id=manifest.release, download_mode=0)
     host.start_host(vb, time_scale=1.0)
     m = manifest.models[0]
-    mv = ModelVars(name=m.name, kind=m.kind, runtime=m.runtime, qairt=catalog.normalize_qairt(m.qairt),
-                   chat_template=m.chat_template or "plain", file=Path(m.path).name if m.kind == "litertlm" else None)
-    plan = service.units(HostVars(board=catalog.board(board_id), models=(mv,)),
-                         port_base=ports.serve_port_base(vb))
-    inst = plan["instances"][0]
-    files = {plan["unit_path"]: plan["unit_text"], inst["config_path"]: json.dumps(inst["config"]) + "\n",
-             inst["dropin_path"]: inst["dropin"]}
-    script = "; ".join(f"mkdir -p {shlex.quote(str(Path(p).parent))} && printf %s {shlex.quote(t)} > {p}"
-                       for p, t in files.items())
-    script += f"; systemctl daemon-reload && systemctl start {inst['unit']} </dev/null >/dev/null 2>&1"
-    subprocess.run(host.ssh_argv(vb, script), check=True, capture_output=True, timeout=60)
-    url = f"http://127.0.0.1:{inst['port']}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    else:
-        raise SystemExit(f"{board_id}: service not ready at {url}")
+    try:
+        url, _ = start_service(vb, root)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
     ttft = catalog.board(board_id).expected(m.name, "qli").ttft_s
     return vb, url, m.name, ttft
 
