@@ -249,6 +249,18 @@ def is_within(base: Path, target: Path) -> bool:
         return False
 
 
+def extract_checked(tf: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo]) -> None:
+    """Extract members the caller has already checked (names, links, types stay inside ``dest``).
+
+    Python 3.12 and 3.11.4+ add tarfile's ``data`` filter as a second guard; 3.11.0-3.11.3 (Debian 12's
+    3.11.2) do not have it, and the caller's checks are then the only ones (PEP 706).
+    """
+    if hasattr(tarfile, "data_filter"):
+        tf.extractall(dest, members=members, filter="data")
+    else:
+        tf.extractall(dest, members=members)  # noqa: S202 - every member was checked by the caller
+
+
 def safe_extract(tarball: Path, dest: Path) -> list[str]:
     """Extract ``tarball`` into ``dest`` refusing anything that could write outside it.
 
@@ -291,7 +303,7 @@ def safe_extract(tarball: Path, dest: Path) -> list[str]:
             if parts and parts[0] != ".":
                 tops.add(parts[0])
         try:
-            tf.extractall(dest, members=members, filter="data")
+            extract_checked(tf, dest, members)
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise ArtifactError(f"{tarball}: archive is damaged or truncated ({exc})",
                                 "re-copy it from the build host and compare its sha256") from exc

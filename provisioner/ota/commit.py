@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts.release import extract_checked
 from provisioner.errors import ArtifactError
 from provisioner.ota import OTA_KINDS, TARBALL_PATH, ostree
 
@@ -55,7 +56,7 @@ def extract_repo(tarball: Path, dest: Path) -> Path:
                 if not (m.isfile() or m.isdir()):
                     raise ArtifactError(f"{tarball}: member '{m.name}' is not a file or folder",
                                         "an OSTree archive repo holds only files; re-copy the build's tarball")
-            tf.extractall(dest, members=members, filter="data")
+            extract_checked(tf, dest, members)
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise ArtifactError(f"{tarball}: not a readable ostreecommit tarball ({exc})",
                             "re-copy it from the build's deploy folder and compare its sha256") from exc
