@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TREES = ("provisioner", "layers", "playbooks", "kas")
+TREES = ("provisioner", "layers", "playbooks", "kas", "examples", "inventory")
 # 'seed' alone stays legal: Genie's sampler "seed" and LiteRT-LM's LiteRtLmSamplerParams.seed are real fields
 INTERNAL = re.compile(r"\bseeds\b|\bseed[- ]\d{3}\b|\bthe seed'?s?\b|seed-derived|\.\./shared|\bnotes/", re.I)
 
