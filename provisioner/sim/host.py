@@ -69,7 +69,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.errors import SimError
-from provisioner.sim import ostree_board, runtime, systemctl
+from provisioner.sim import ostree_board, ports, runtime, systemctl
 from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root
 
 SSH_HOST = "127.0.0.1"
@@ -334,7 +334,7 @@ def _pick_port(hd: Path, board: VirtualBoard) -> int:
     if not prev and board.ssh:
         prev = int(board.ssh.get("port") or 0)
     taken = {int(b.ssh["port"]) for b in list_boards(board.root) if b.ssh and b.serial != board.serial}
-    if prev and prev not in taken and _port_free(prev):
+    if prev and prev not in taken and ports.port_free(prev, SSH_HOST):
         port = prev
     else:
         while True:
@@ -345,16 +345,6 @@ def _pick_port(hd: Path, board: VirtualBoard) -> int:
                 break
     (hd / "port").write_text(str(port))
     return port
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((SSH_HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 def _host_key(hd: Path) -> None:

@@ -31,11 +31,12 @@ def claims_dir() -> Path:
     return d
 
 
-def _free(port: int) -> bool:
+def port_free(port: int, host: str = HOST) -> bool:
+    """Whether ``port`` can be bound on ``host`` now (SO_REUSEADDR, so TIME_WAIT does not count)."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((HOST, port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -78,7 +79,7 @@ def serve_port_base(board: VirtualBoard) -> int:
     rng = random.Random()
     for _ in range(400):
         base = rng.randrange(LOW, HIGH - BLOCK, BLOCK)
-        if all(_free(base + i) for i in range(BLOCK)) and _claim(base, owner):
+        if all(port_free(base + i) for i in range(BLOCK)) and _claim(base, owner):
             board.update(serve_port_base=base)
             return base
     raise OSError("no free block of service ports on the loopback")
