@@ -7,6 +7,9 @@ interface, so the image carries real ELF shared libraries compiled here from ``c
   the library that ``provisioner litert build`` builds from LiteRT-LM's ``//c:litert-lm``);
 * ``libGenie.so`` in each QAIRT host lib dir (where qairt-runtime installs the SDK's).
 
+It also builds the one program a virtual board runs instead of an idle sshd: ``sshd-socket``
+(``clib/sshd_socket.c``, see :func:`program`), the board's socket-activation listener.
+
 Each carries the QAIRT build id as text (like the stub files and the real libraries), so the
 QAIRT checks that read a library's build keep working. Builds are cached under
 ``$PROVISIONER_SIM_CACHE`` (default ``~/.cache/edge-llm-sim``) by the hash of the sources and
@@ -15,6 +18,8 @@ the compile command, so starting many boards compiles each variant once.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -27,6 +32,7 @@ from provisioner.sim import runtime
 
 SRC_DIR = Path(__file__).with_name("clib")
 LIBRARIES = {"liblitert_lm_c_api.so": "litert_lm.c", "libGenie.so": "genie.c"}
+PROGRAMS = {"sshd-socket": "sshd_socket.c"}
 COMMON = ("oracle.c", "oracle.h")
 
 
@@ -71,6 +77,49 @@ def build(name: str, qairt: str) -> Path:
             raise SimError(f"compiling the virtual boards' {name} failed: {tail}", "see gcc's output above")
         os.replace(out, dest)
     return dest
+
+
+def program(name: str) -> Path:
+    """Path of the compiled host program ``name`` (:data:`PROGRAMS`), built once per source hash.
+
+    Hundreds of boards start at once from worker threads and processes: one compiles under a
+    lock, the others wait for it and reuse the result.
+    """
+    if name not in PROGRAMS:
+        raise ValueError(f"no stand-in program '{name}' (known: {', '.join(PROGRAMS)})")
+    cc = os.environ.get("CC") or "gcc"
+    src = SRC_DIR / PROGRAMS[name]
+    argv = [cc, "-O2", "-Wall", "-o"]
+    h = hashlib.sha256(src.read_bytes() + b"\0" + "\0".join(argv).encode())
+    dest = cache_dir() / h.hexdigest()[:20] / name
+    if dest.is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(dest.parent / ".lock"):
+        if dest.is_file():
+            return dest
+        if shutil.which(cc) is None:
+            raise SimError(f"cannot build the virtual boards' {name}: no C compiler ({cc}) on PATH",
+                           "install gcc (apt-get install gcc) or set CC")
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            out = Path(tmp) / name
+            proc = subprocess.run([*argv, str(out), str(src)], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise SimError(f"compiling the virtual boards' {name} failed: {tail}", "see gcc's output above")
+            os.chmod(out, 0o755)
+            os.replace(out, dest)
+    return dest
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def library_bytes(name: str, qairt: str) -> bytes:

@@ -1,4 +1,4 @@
-"""The network side of a virtual EVK: sshd in the board's own mount namespace.
+"""The network side of a virtual EVK: socket-activated sshd in the board's own mount namespace.
 
 A booted virtual board is reached like a real one: ``ssh -p PORT root@127.0.0.1`` with the sim
 controller key. The session lands in a private mount namespace (``unshare -m --propagation
@@ -39,8 +39,18 @@ a shell fails as it would for a non-root user.
 The namespace's first process is an *agent* (``python -m provisioner.sim.host agent ROOT SERIAL``):
 it builds the mounts and starts the enabled services, then replaces itself (``exec``, same pid)
 with a small shell script, the *holder* (:data:`HOLDER`), that keeps the namespace alive for ~1-2 MB
-instead of a Python interpreter's ~21 MB per board: it runs sshd (restarting it if it dies), reaps
-orphans (child subreaper) and stops services and sshd on SIGTERM. Mirroring ``download_mode``
+instead of a Python interpreter's ~21 MB per board: it runs the board's ssh socket (restarting it
+if it dies), reaps orphans (child subreaper) and stops services and the socket on SIGTERM.
+
+sshd is socket-activated, as on a QLI image (openembedded-core 06dd66e6,
+``meta/recipes-connectivity/openssh/openssh/sshd.socket``: ``ListenStream=22``, ``Accept=yes``;
+``sshd@.service``: ``ExecStart=-@SBINDIR@/sshd -i``, ``StandardInput=socket``): an idle board runs
+no sshd at all, only ``sshd-socket`` (``clib/sshd_socket.c``, a few hundred kB), which hands each
+accepted connection to a fresh ``sshd -i`` inside the board's namespace. Sessions are children of
+that listener, so daemons they leave behind are reparented to the holder, the board's subreaper,
+exactly as before; with ControlPersist a run holds one connection (one ``sshd -i``) per board.
+
+Mirroring ``download_mode``
 between the board's sysfs and ``board.json`` is done by the one supervisor of the sim root
 (:func:`mirror_download_mode`), not by a poller per board. Mounts die with the namespace's last
 process, so teardown is "kill every process in that mount namespace": the agent's pid and
@@ -69,7 +79,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.errors import SimError
-from provisioner.sim import ostree_board, ports, runtime, systemctl
+from provisioner.sim import cstandins, ostree_board, ports, runtime, systemctl
 from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root
 
 SSH_HOST = "127.0.0.1"
@@ -77,6 +87,7 @@ SIM_DIR = runtime.SIM_DIR
 FASTRPC_DEV_NUM = (60, 0)              # a char major reserved for local/experimental use: no driver behind it
 PROTECTED_USERS = ("root", "sshd", "nobody", "_apt")
 PROTECTED_GROUPS = ("root", "nogroup", "_ssh", "shadow", "tty")
+LISTENER = "sshd-socket"        # the board's socket unit (clib/sshd_socket.c), copied into its host dir
 STATEFUL_FAULTS = ("memlock", "no-fastrpc-group", "qairt-mismatch", "truncated-model", "wrong-soc-model")
 START_TIMEOUT_S = 60.0          # generous: CI machines with 2 busy cores start python slowly
 
@@ -157,7 +168,7 @@ def host_dir(board: VirtualBoard) -> Path:
 
 def start_host(board: VirtualBoard, *, time_scale: float | None = None,
                timeout_s: float = START_TIMEOUT_S) -> tuple[str, int]:
-    """Start sshd for a booted board in its own mount namespace; returns the (host, port) to ssh to.
+    """Start a booted board's namespace and its ssh socket; returns the (host, port) to ssh to.
 
     Idempotent: a running host is left alone. With the ``unreachable`` fault the address is
     allocated and recorded but nothing listens (connection refused), like a board whose network
@@ -182,7 +193,8 @@ def start_host(board: VirtualBoard, *, time_scale: float | None = None,
     apply_faults(board)
     (hd / "facts.json").write_text(json.dumps(_facts(board, time_scale), indent=1), encoding="utf-8")
     _host_key(hd)
-    _write_sshd_config(hd, port, key, rootfs)
+    _write_sshd_config(hd, key, rootfs)
+    _install_listener(hd)
     _add_known_host(board.root, port, (hd / "ssh_host_ed25519_key.pub").read_text().split()[:2])
     if board.has_fault("unreachable"):
         board.update(ssh={"host": SSH_HOST, "port": port})
@@ -202,13 +214,13 @@ def start_host(board: VirtualBoard, *, time_scale: float | None = None,
         if info and info.get("ready") and _port_open(port):
             break
         if proc.poll() is not None:
-            raise SimError(f"virtual board {board.serial}: sshd namespace failed to start (exit {proc.returncode}): "
+            raise SimError(f"virtual board {board.serial}: ssh namespace failed to start (exit {proc.returncode}): "
                            f"{_log_tail(hd)}",
                            "see " + str(hd / "agent.log"))
         time.sleep(0.05)
     else:
         _kill_ns(board)
-        raise SimError(f"virtual board {board.serial}: sshd did not come up within {timeout_s:.0f} s: "
+        raise SimError(f"virtual board {board.serial}: its ssh socket did not come up within {timeout_s:.0f} s: "
                        f"{_log_tail(hd)}", "see " + str(hd / "agent.log"))
     with board.transaction() as data:
         data["ssh"] = {"host": SSH_HOST, "port": port}
@@ -353,14 +365,27 @@ def _host_key(hd: Path) -> None:
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "edge-llm-sim-board", "-f", str(key)])
 
 
-def _write_sshd_config(hd: Path, port: int, key: Path, rootfs: Path) -> None:
+def _install_listener(hd: Path) -> None:
+    """Put the compiled socket listener in the board's host dir (visible inside its namespace,
+    unlike the build cache under the host's /root); replaced only when the build changed."""
+    built = cstandins.program(LISTENER)
+    dest = hd / LISTENER
+    with contextlib.suppress(OSError):
+        if dest.read_bytes() == built.read_bytes():
+            return
+    tmp = hd / f".{LISTENER}.tmp"
+    shutil.copyfile(built, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, dest)
+
+
+def _write_sshd_config(hd: Path, key: Path, rootfs: Path) -> None:
+    """The config each per-connection ``sshd -i`` reads (no Port/ListenAddress: the socket listens)."""
     shutil.copyfile(key.with_suffix(".pub"), hd / "authorized_keys")
     image_keys = rootfs / "root/.ssh/authorized_keys"     # keys baked into the image work too, as on hardware
     os.chmod(hd / "authorized_keys", 0o600)
     (hd / "sshd_config").write_text("\n".join([
-        "# sshd of one edge-llm virtual board (provisioner.sim.host)",
-        f"Port {port}",
-        f"ListenAddress {SSH_HOST}",
+        "# sshd -i of one edge-llm virtual board, started per connection by its sshd-socket (provisioner.sim.host)",
         f"HostKey {hd / 'ssh_host_ed25519_key'}",
         f"AuthorizedKeysFile {hd / 'authorized_keys'} {image_keys}",
         "PermitRootLogin prohibit-password",
@@ -372,7 +397,6 @@ def _write_sshd_config(hd: Path, port: int, key: Path, rootfs: Path) -> None:
         "PrintMotd no",
         "PrintLastLog no",
         "PidFile none",
-        "MaxStartups 200:30:400",
         "MaxSessions 100",
         "AcceptEnv LANG LC_*",
         "Subsystem sftp internal-sftp",
@@ -951,24 +975,24 @@ SHELL = "/bin/sh"
 
 # The namespace's long-lived process once the mounts are built. A shell costs ~1-2 MB where the
 # Python agent it replaces cost ~21 MB per board; it keeps the namespace alive, reaps orphans
-# (PR_SET_CHILD_SUBREAPER survives the exec; the shell's wait collects any child), restarts sshd
-# if it dies, and on SIGTERM stops services (Python only if a service runner is alive), sshd, and
-# copies tmpfs overlay uppers back. Nothing in it polls: it sleeps in `wait` until a child exits or
-# a signal comes. Arguments: sim root, serial (both name the board in `ps`), host dir, namespace
-# inode, port, python.
+# (PR_SET_CHILD_SUBREAPER survives the exec; the shell's wait collects any child), restarts the
+# ssh socket (LISTENER) if it dies, and on SIGTERM stops services (Python only if a service runner
+# is alive), the socket, and copies tmpfs overlay uppers back. Nothing in it polls: it sleeps in
+# `wait` until a child exits or a signal comes. Arguments: sim root, serial (both name the board in
+# `ps`), host dir, namespace inode, address, port, python.
 HOLDER = r"""# edge-llm virtual board: holds the board's mount namespace (provisioner.sim.host)
-hd=$3 mntns=$4 port=$5 py=$6 sim=${0%/*}
-stopping= sshd=
+hd=$3 mntns=$4 addr=$5 port=$6 py=$7 sim=${0%/*}
+stopping= sock=
 trap 'stopping=1' TERM INT HUP
 while [ -z "$stopping" ]; do
-    /usr/sbin/sshd -D -e -f "$hd/sshd_config" </dev/null &
-    sshd=$!
-    printf '{"pid": %s, "mntns": %s, "ready": true, "sshd": %s, "port": %s}\n' "$$" "$mntns" "$sshd" "$port" \
+    "$hd/@LISTENER@" "$addr" "$port" /usr/sbin/sshd -i -e -f "$hd/sshd_config" </dev/null &
+    sock=$!
+    printf '{"pid": %s, "mntns": %s, "ready": true, "listener": %s, "port": %s}\n' "$$" "$mntns" "$sock" "$port" \
         >"$hd/.agent.json.tmp" && mv -f "$hd/.agent.json.tmp" "$hd/agent.json"
-    wait "$sshd"
-    while [ -z "$stopping" ] && kill -0 "$sshd" 2>/dev/null; do wait "$sshd"; done
+    wait "$sock"
+    while [ -z "$stopping" ] && kill -0 "$sock" 2>/dev/null; do wait "$sock"; done
     if [ -z "$stopping" ]; then
-        echo "agent: sshd exited; restarting it" >&2
+        echo "agent: the ssh socket exited; restarting it" >&2
         sleep 0.2
     fi
 done
@@ -980,14 +1004,14 @@ lifecycle("shutdown")' "$sim/src"
         break
     fi
 done
-kill -TERM "$sshd" 2>/dev/null && wait "$sshd"
+kill -TERM "$sock" 2>/dev/null && wait "$sock"
 if [ -s "$sim/volatile" ]; then
     while read -r vu upper; do
         rm -rf "$upper" && cp -a "$vu" "$upper"
     done <"$sim/volatile"
 fi
 exit 0
-"""
+""".replace("@LISTENER@", LISTENER)
 
 
 def agent_main(root: str, serial: str) -> int:
@@ -1019,7 +1043,7 @@ def agent_main(root: str, serial: str) -> int:
     sys.stderr.flush()
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):     # Python ignores these; sshd and services must not inherit that
         signal.signal(sig, signal.SIG_DFL)
-    os.execv(SHELL, [SHELL, str(sim / HOLDER_NAME), root, serial, str(hd), str(mntns), port, py])
+    os.execv(SHELL, [SHELL, str(sim / HOLDER_NAME), root, serial, str(hd), str(mntns), SSH_HOST, port, py])
     return 1     # not reached
 
 

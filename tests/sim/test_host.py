@@ -82,18 +82,62 @@ def _agent(vb) -> dict:
     return json.loads((host.host_dir(vb) / "agent.json").read_text())
 
 
-def test_sshd_is_restarted_if_it_dies(board):
+def test_ssh_socket_is_restarted_if_it_dies(board):
     before = _agent(board)
-    os.kill(before["sshd"], signal.SIGKILL)
+    os.kill(before["listener"], signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _agent(board)["sshd"] == before["sshd"]:
+    while time.monotonic() < deadline and _agent(board)["listener"] == before["listener"]:
         time.sleep(0.05)
     after = _agent(board)
-    assert after["sshd"] != before["sshd"] and after["pid"] == before["pid"]
+    assert after["listener"] != before["listener"] and after["pid"] == before["pid"]
     out = subprocess.CompletedProcess([], 255)
     while time.monotonic() < deadline and out.returncode != 0:
         out = ssh(board, "cat /sys/devices/soc0/machine")
     assert out.returncode == 0 and out.stdout.strip() == "QCS8275", out.stderr
+
+
+def _sshd_in_namespace(vb) -> list[int]:
+    """sshd processes inside the board's mount namespace."""
+    mntns = _agent(vb)["mntns"]
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                same_ns = os.stat(f"/proc/{d}/ns/mnt").st_ino == mntns
+                if same_ns and Path(f"/proc/{d}/comm").read_text().strip() == "sshd":
+                    out.append(int(d))
+            except OSError:
+                continue
+    return out
+
+
+def _idle_without_sshd(vb) -> list[int]:
+    """Wait (bounded) for the last connection's sshd to exit; what is left is what idles."""
+    deadline = time.monotonic() + 10
+    while (left := _sshd_in_namespace(vb)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def test_idle_board_runs_no_sshd_and_each_connection_gets_one(boards):
+    """Socket-activated sshd, as a QLI image runs it (sshd.socket, Accept=yes): nothing but the
+    socket while nobody is connected; a connection gets its own sshd in the board's namespace,
+    twice in a row and again after the board was power-cycled, on the same port and host key."""
+    vb = boards.start(serve_script=SLEEPER)
+    port = vb.reload().ssh["port"]
+    assert _idle_without_sshd(vb) == []
+    for _ in range(2):
+        out = ssh(vb, "cat /sys/devices/soc0/machine; cat /proc/$PPID/comm")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["QCS8275", "sshd"]        # the session's parent is the board's sshd
+        assert _idle_without_sshd(vb) == []
+    host.stop_host(vb)
+    host.start_host(vb)
+    assert vb.reload().ssh["port"] == port
+    assert _idle_without_sshd(vb) == []
+    out = ssh(vb, "cat /sys/devices/soc0/machine")       # StrictHostKeyChecking=yes: the same host key
+    assert out.returncode == 0 and out.stdout.strip() == "QCS8275", out.stderr
+    assert _idle_without_sshd(vb) == []
 
 
 def test_orphans_on_the_board_are_adopted_and_reaped(board):
