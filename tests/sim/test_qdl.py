@@ -7,6 +7,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -17,7 +18,7 @@ from provisioner.sim.board import VirtualBoard
 from provisioner.sim.qdl import install_wrappers
 from provisioner.station.flashxml import parse_rawprogram
 
-from .simcore import build_bundle, qdl_cmd, run
+from .simcore import ROOT, build_bundle, qdl_cmd, run
 
 
 @pytest.fixture(scope="module")
@@ -330,3 +331,55 @@ def test_modelled_usb_time_absorbs_the_stand_ins_own_work(bundle, sim, monkeypat
     modelled = 0.05 + sum(sizes) / 1024 / rate_kbps
     assert end - talk >= modelled                             # the link was modelled, bytes and the programmer's start
     assert end - talk <= modelled + 0.1, (end - talk, modelled, flashed)   # the host's 10 ms lines did not add up
+
+
+def test_start_up_and_cpu_queueing_come_off_the_link_time_but_waiting_for_the_board_does_not(
+        bundle, sim, monkeypatch):
+    """Eight Python stand-ins started at once queue for the CPU before their first byte; eight C qdl
+    processes would not. That time (since the station started qdl) comes off the modelled link
+    time, so the 8-board benchmark measures the station. Waiting for a board that is not in EDL
+    yet is real waiting: the link is not faster for it."""
+    from provisioner.sim import qdl
+
+    root, _ = sim
+    vb = _board(root, state="off")
+    appears_at = 1002.0            # the board enters EDL 2 s after qdl started waiting for it
+
+    class Clock(_FakeClock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            if self.now >= appears_at and vb.reload().state != "edl":
+                vb.set_state("edl")
+
+    clock = Clock()
+    queued = 0.6                   # the process existed this long before flash() ran
+    started = clock.now - queued
+    lines: list[tuple[float, str]] = []
+    rate_kbps = 1024
+    monkeypatch.setenv("PROVISIONER_SIM_QDL_RATE_KBPS", str(rate_kbps))
+    monkeypatch.setattr(qdl, "time", clock)
+    monkeypatch.setattr(qdl, "since_start", lambda: clock.now - started)
+    monkeypatch.setattr(qdl, "_out", lambda msg: lines.append((clock.now, msg)))
+    monkeypatch.setattr(qdl, "_err", lambda msg: None)
+    args = qdl.parse_args(qdl_cmd(Path("qdl"), bundle, "--serial", vb.serial)[1:], "2.5")
+    assert qdl.flash(args, root, "2.5", own_process=True) == 0
+    talk = next(t for t, msg in lines if msg.startswith("Talking to device"))
+    assert talk >= appears_at                                 # it did wait for the board
+    sizes = [(bundle / "prog_firehose_ddr.elf").stat().st_size]
+    for xml in args.files:
+        for prog in qdl.load_flash_file(Path(xml))[0]:
+            if not prog.skipped and not prog.erase:
+                size = qdl.resolve(prog.filename, prog.xml, []).stat().st_size
+                sizes.append(min(size, prog.num_partition_sectors * 4096 or size))
+    modelled = 0.05 + sum(sizes) / 1024 / rate_kbps
+    took = lines[-1][0] - talk
+    assert modelled - queued - 0.05 <= took <= modelled - queued + 0.05, (took, modelled)
+
+
+def test_since_start_counts_time_off_the_cpu(tmp_path):
+    """The stand-in's start-up credit is the time since its fork, not only its own CPU time."""
+    code = ("import time; time.sleep(0.3); from provisioner.sim.qdl import since_start; "
+            "print(since_start(), time.process_time())")
+    out = run([sys.executable, "-c", code], cwd=str(ROOT)).stdout.split()
+    since, cpu = float(out[0]), float(out[1])
+    assert since >= 0.29 > cpu
