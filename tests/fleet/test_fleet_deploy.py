@@ -128,7 +128,18 @@ def relink(fleet, board: str, model: str, link: str, version: str) -> None:
 
 
 def gate_statuses(events: list[dict]) -> list[str]:
-    return [e["status"] for e in events if e.get("event") == "host" and "Health gate" in e.get("task", "")]
+    """Outcome of every health gate that ran ("ok" / "failed"), as the deploy task's payload reports it."""
+    return [m["gate"] for e in events if e.get("event") == "host" and isinstance(e.get("edge_llm"), dict)
+            for m in (e["edge_llm"].get("models") or {}).values() if m.get("gate")]
+
+
+def tasks_per_board(events: list[dict]) -> dict[str, int]:
+    """Task results per board on the controller (what HostOutcome.tasks counts): each costs controller CPU."""
+    out: dict[str, int] = {}
+    for e in events:
+        if e.get("event") == "host":
+            out[e["host"]] = out.get(e["host"], 0) + 1
+    return out
 
 
 def previous(fleet, board: str, model: str) -> str | None:
@@ -169,10 +180,12 @@ def test_deploy_check_run_then_real_then_idempotent(env):
     assert not list((fleet.rootfs("dep-9075") / layout.QAIRT_ROOT.lstrip("/")).glob("*.partial"))
 
     mark = server.mark()
-    second = deploy(fleet, index)
+    events: list[dict] = []
+    second = deploy(fleet, index, on_event=events.append)
     assert all(r.verdict == "pass" and r.changed == 0 and r.bytes_downloaded == 0 for r in second.rows), \
         [(r.board, r.changed, r.reason) for r in second.rows]
     assert server.since(mark) == []                               # nothing transferred
+    assert gate_statuses(events) == []                            # committed versions are not gated again
 
 
 def test_rollback_swaps_current_and_previous(env):
@@ -184,6 +197,30 @@ def test_rollback_swaps_current_and_previous(env):
     for b, m in BOARD_MODEL.items():
         assert current(fleet, b, m) == old[b]
         assert previous(fleet, b, m) == versions[m]                # and the rolled-back one is kept
+
+
+def test_deploy_and_rollback_cost_one_task_per_board(env, tmp_path):
+    """A fleet of hundreds runs from one controller: every task on every board costs controller CPU, so a
+    deploy (pull, gate, commit, switch - or nothing on an up-to-date board) and a rollback are one task each."""
+    fleet, server, _, _versions = env
+    src = tmp_path / "one-task"
+    v = add_gemma(src, n_dispatch_ops=11)
+    shutil.copytree(src, server.root / "one-task")
+    index = deploy_index.build_index(server.root / "one-task", server.url + "/one-task")
+    for expect_gates in (["ok"], []):                  # a new version, then the same index on an up-to-date board
+        events: list[dict] = []
+        res = deploy(fleet, index, on_event=events.append)
+        assert all(r.verdict == "pass" for r in res.rows), [r.reason for r in res.rows]
+        assert tasks_per_board(events) == {b: 1 for b in BOARD_MODEL}, tasks_per_board(events)
+        assert gate_statuses(events) == expect_gates
+    assert current(fleet, "dep-8275", GEMMA) == v
+    events = []
+    rb = run_fleet("rollback", fleet.inventory, limit="dep-8275", on_event=events.append)
+    assert rb.row("dep-8275").verdict == "pass", rb.row("dep-8275").reason
+    assert tasks_per_board(events) == {"dep-8275": 1}, tasks_per_board(events)
+    assert gate_statuses(events) == ["ok"]
+    assert previous(fleet, "dep-8275", GEMMA) == v and committed(fleet, "dep-8275", GEMMA, current(fleet, "dep-8275",
+                                                                                                       GEMMA))
 
 
 def test_failed_health_gate_rolls_back(env, tmp_path):

@@ -1,0 +1,98 @@
+"""Controller side of edge_llm.fleet.deploy: one board module call, the gate verdicts, at most one more call.
+
+All rules (the install plan, the gate's expectations and verdict, commit/switch/prune/fallback
+steps) are in provisioner.fleet (deploy_index, deploy_steps, verdict); this plugin only moves
+data between them and the board module of the same name.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+
+# The rules live in the provisioner package, which this collection declares (requirements.txt)
+# instead of reaching into a checkout: the built collection runs on any controller that has it.
+try:
+    from provisioner.fleet import deploy_steps
+except ImportError as exc:
+    _MISSING = f"{exc}"
+else:
+    _MISSING = ""
+
+MODULE = "edge_llm.fleet.deploy"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("mode", "install", "board", "board_facts", "models", "health_gate", "prune", "prompt"))
+
+    def run(self, tmp=None, task_vars=None):
+        if _MISSING:
+            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
+                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        mode = args.get("mode") or "deploy"
+        if mode not in ("deploy", "rollback"):
+            raise AnsibleActionFail(f"edge_llm.fleet.deploy: mode must be deploy or rollback, not {mode!r}")
+        models = list(args.get("models") or [])
+        gate = boolean(args.get("health_gate", True), strict=False)
+        install = dict(args.get("install") or {}) if mode == "deploy" else {}
+        try:
+            qairt = {m["name"]: m["qairt"] for m in install.get("models") or []}
+            names = list(qairt) if mode == "deploy" else [m["name"] for m in models]
+            expects = {n: deploy_steps.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
+                                                   args.get("prompt"), n, qairt.get(n)) for n in names}
+        except Exception as exc:  # ValueError/UserError from the inventory contract or the catalog
+            raise AnsibleActionFail(f"edge_llm_deploy: {exc}") from exc
+        try:
+            return self._run(result, task_vars, mode, install, models, expects, gate,
+                             boolean(args.get("prune", True), strict=False))
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _call(self, module_args, task_vars):
+        return self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
+
+    def _run(self, result, task_vars, mode, install, models, expects, gate, prune):
+        if mode == "deploy":
+            first = self._call(deploy_steps.install_args(install, expects, health_gate=gate), task_vars)
+        else:
+            first = self._call(deploy_steps.rollback_args(models, expects, health_gate=gate), task_vars)
+        if first.get("unreachable"):
+            return first
+        if first.get("failed") or "found" not in first:
+            result.update(failed=True, msg=first.get("msg") or first.get("module_stderr") or str(first))
+            return result
+        found = first["found"]
+        result["bytes_downloaded"] = int(first.get("bytes_downloaded") or 0)
+        if self._task.check_mode or self._play_context.check_mode:
+            result.update(changed=bool(first.get("changed")), edge_llm={"kind": mode, "check": True, "found": found,
+                                                                       "trees": first.get("trees", [])})
+            result["msg"] = "would change this board" if result["changed"] else "up to date"
+            return result
+        if mode == "deploy":
+            steps = deploy_steps.deploy_steps(install, found, expects, health_gate=gate, prune=prune)
+        else:
+            steps = deploy_steps.rollback_steps(models, found, expects, health_gate=gate)
+        changed = bool(first.get("changed"))
+        done = []
+        if steps.ops:
+            second = self._call({"mode": "apply", "ops": steps.ops}, task_vars)
+            if second.get("unreachable"):
+                return second
+            if second.get("failed"):
+                result.update(failed=True, changed=True, msg=f"switch failed: {second.get('msg') or second}")
+                return result
+            changed = changed or bool(second.get("changed"))
+            done = second.get("done") or []
+        failures = ([first["error"]] if first.get("error") else []) + steps.failures
+        result["changed"] = changed
+        result["edge_llm"] = {"kind": mode, "ok": not failures, "models": steps.models,
+                              "trees": first.get("trees", []), "done": done, "failures": failures}
+        if failures:
+            result.update(failed=True, msg="; ".join(failures))
+        else:
+            result["msg"] = ", ".join(f"{n} {r.get('outcome')}" for n, r in steps.models.items()) or "nothing to do"
+        return result
