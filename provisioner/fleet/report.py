@@ -129,6 +129,16 @@ def _first_model(payload: dict[str, Any]) -> tuple[float | None, float | None, f
     return (min(decs) if decs else None, min(exps) if exps else None, max(ttfts) if ttfts else None)
 
 
+def update_os_payload(outcome: HostOutcome) -> dict[str, Any] | None:
+    """update-os payloads merged in order: each step adds what it knows (stage: from, to and the pull
+    summary; commit or rollback: the outcome), a later non-empty value wins."""
+    merged: dict[str, Any] = {}
+    for p in outcome.payloads:
+        if p.get("kind") == "update-os":
+            merged.update({k: v for k, v in p.items() if v not in (None, "")})
+    return merged or None
+
+
 def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardRow:
     hv = host.vars if host else {}
     row = BoardRow(board=name, type=hv.get("edge_llm_board"), address=host.address if host else None,
@@ -160,14 +170,19 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
     launch = outcome.payload("launch")
     if launch:
         row.endpoints = {str(m): str(u) for m, u in (launch.get("endpoints") or {}).items()}
-    api = outcome.payload("api_benchmark")
+    # the API figures: edge_llm.fleet.benchmark's payload carries them (api), edge_llm.fleet.api's its own kind
+    api = outcome.payload("api_benchmark") or (bench if bench and bench.get("api") else None)
     if api:
         row.api = dict(api.get("api") or {})
         row.endpoints = row.endpoints or {m: str(a["endpoint"]) for m, a in row.api.items() if a.get("endpoint")}
-    ota = outcome.payload("update-os")
+    ota = update_os_payload(outcome)
     if ota:
         row.details["update_os"] = {k: ota.get(k) for k in ("outcome", "from", "to")}
+        if verify and verify.get("api_step"):          # the update-os gate: did it also go through the API
+            row.details["update_os"]["api"] = verify["api_step"]
         row.bytes_downloaded += ostree_pulled_bytes(str(ota.get("pull") or ""))
+    if verify and verify.get("api") and not row.api:
+        row.api = dict(verify["api"])
     deploys = [p for p in outcome.payloads if p.get("kind") in ("deploy", "rollback", "launch")]
     if deploys:
         row.details["steps"] = deploys
@@ -178,8 +193,9 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
         row.verdict = "fail"
         if verify and not verify.get("ok") and (outcome.failed_action or "").endswith("verify"):
             row.reason = verify.get("reason") or _short(outcome.msg)
-        elif ota and ota.get("reason"):           # update-os: rolled back (and why) or did not come back
-            row.reason = _short(str(ota["reason"]))
+        elif ota and (ota.get("reason") or ota.get("outcome") == "rolled back"):
+            # update-os: did not come back (its reason), or rolled back (the failing task says why)
+            row.reason = _short(str(ota.get("reason") or outcome.msg))
         else:
             row.reason = f"{outcome.failed_task}: {_short(outcome.msg)}"
     else:

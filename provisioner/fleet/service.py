@@ -9,6 +9,8 @@ again (limits.conf never applies to services: systemd.exec(5), LimitMEMLOCK=; QL
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from provisioner import layout
@@ -76,3 +78,37 @@ def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.
     return {"script_src": str(SERVE_SCRIPT), "script_dest": layout.SERVE_BIN,
             "unit_path": f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", "unit_text": unit_text(expect.serve_user),
             "config_dir": SERVE_CONFIG_DIR, "token_file": token_file, "instances": instances}
+
+
+def config_text(config: dict[str, Any]) -> str:
+    """A model's config file as the launch writes it (the bytes a rerun compares)."""
+    return json.dumps(config, indent=4, sort_keys=True) + "\n"
+
+
+def launch_spec(plan: dict[str, Any], *, user: str) -> dict[str, Any]:
+    """What the board's ``edge_llm.fleet.serve`` module makes true, from :func:`units`' plan.
+
+    Directories and files with content, owner and mode; for each file whether systemd must
+    re-read units (``reload``) and which instances it is an input of (``units``: a changed input
+    restarts that instance, nothing else). The token file's content is not here: the action
+    plugin passes it separately, as a no_log option.
+    """
+    names = [i["unit"] for i in plan["instances"]]
+    root = {"owner": "root", "group": "root"}
+    files = [
+        {"path": plan["script_dest"], "content": Path(plan["script_src"]).read_text(encoding="utf-8"),
+         "mode": "0755", **root, "reload": False, "units": names},
+        {"path": plan["unit_path"], "content": plan["unit_text"], "mode": "0644", **root, "reload": True,
+         "units": names},
+    ]
+    for inst in plan["instances"]:
+        files.append({"path": inst["config_path"], "content": config_text(inst["config"]), "mode": "0644", **root,
+                      "reload": False, "units": [inst["unit"]]})
+        files.append({"path": inst["dropin_path"], "content": inst["dropin"], "mode": "0644", **root,
+                      "reload": True, "units": [inst["unit"]]})
+    dirs = [{"path": d, "mode": "0755", **root}
+            for d in [plan["config_dir"], *(i["dropin_dir"] for i in plan["instances"])]]
+    token = ({"path": plan["token_file"], "owner": user, "group": "root", "mode": "0600", "units": names}
+             if plan.get("token_file") else None)
+    instances = [{k: i[k] for k in ("model", "unit", "port", "bind", "health_url")} for i in plan["instances"]]
+    return {"dirs": dirs, "files": files, "token_file": token, "instances": instances}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -10,11 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-MODULE = (Path(__file__).resolve().parents[2]
-          / "playbooks/collections/ansible_collections/edge_llm/fleet/plugins/modules/api.py")
+COLLECTIONS = Path(__file__).resolve().parents[2] / "playbooks/collections"
+MODULE = COLLECTIONS / "ansible_collections/edge_llm/fleet/plugins/modules/api.py"
 
 
 def _api():
+    # the module imports its client from the collection's module_utils, as AnsiballZ ships it
+    if str(COLLECTIONS) not in sys.path:
+        sys.path.insert(0, str(COLLECTIONS))
     spec = importlib.util.spec_from_file_location("edge_llm_fleet_api", MODULE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -1,0 +1,112 @@
+"""Controller side of edge_llm.fleet.benchmark: repeated smoke runs and the streaming API bench in one task.
+
+Two board module calls per board, both from this one action: edge_llm.fleet.verify with the spec's
+runs repeated (medians judged by provisioner.fleet.verdict, as ``fleet verify`` judges one run) and
+edge_llm.fleet.api in bench mode against the instances ``fleet launch`` started (ports and token file
+from provisioner.fleet.service; the module reads the token on the board). The combined payload is the
+task's ``edge_llm`` result and, when ``dir`` is set, ``<dir>/<host>.json`` on the controller, where an
+action plugin runs: no per-board copy task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+# The rules live in the provisioner package, which this collection declares (requirements.txt)
+# instead of reaching into a checkout: the built collection runs on any controller that has it.
+try:
+    from provisioner.contracts import inventory
+    from provisioner.fleet import probe as fleet_probe
+    from provisioner.fleet import service
+    from provisioner.fleet import verdict as fleet_verdict
+except ImportError as exc:
+    _MISSING = f"{exc}"
+else:
+    _MISSING = ""
+
+
+def save(directory: str, host: str, payload: dict) -> str:
+    """Write ``payload`` to ``<directory>/<host>.json`` in one rename (a reader never sees half a file)."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{host}.json")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{host}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(payload, indent=4, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("expect", "runs", "prompt", "max_tokens", "api", "bind", "port_base", "address",
+                             "timeout", "dir"))
+
+    def run(self, tmp=None, task_vars=None):
+        if _MISSING:
+            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
+                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        runs = max(1, int(args.get("runs") or 5))
+        expect_vars = dict(args.get("expect") or {})
+        if args.get("prompt"):
+            expect_vars["edge_llm_verify_prompt"] = args["prompt"]
+        if args.get("max_tokens"):
+            expect_vars["edge_llm_verify_max_tokens"] = args["max_tokens"]
+        try:
+            expect = inventory.HostVars.from_vars(expect_vars)
+            spec = fleet_probe.probe_spec(expect, smoke_only=True)
+        except Exception as exc:  # ValueError/TypeError of the vars, UserError of the catalog (unknown board id)
+            raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
+        for run in spec["runs"].values():
+            run["repeat"] = runs
+        raw = self._execute_module(module_name="edge_llm.fleet.verify", module_args={"spec": spec},
+                                   task_vars=task_vars)
+        if raw.get("unreachable"):
+            return raw
+        if raw.get("failed") or "probe" not in raw:
+            result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
+            return result
+        payload = fleet_verdict.evaluate(expect, raw["probe"], smoke_only=True)
+        payload["kind"] = "benchmark"
+        payload["benchmark"] = fleet_verdict.benchmark_summary(expect, raw["probe"].get("repeats") or {})
+        payload["api"] = {}
+        result["changed"] = False
+        problems = list(payload["failures"]) if not payload["ok"] else []
+        if payload["ok"] and args.get("api", True) and not self._play_context.check_mode:
+            try:
+                plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
+                                     port_base=int(args.get("port_base") or 8080))
+            except ValueError as exc:
+                raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
+            api = self._execute_module(module_name="edge_llm.fleet.api", task_vars=task_vars, module_args={
+                "instances": [{k: i[k] for k in ("model", "port", "bind")} for i in plan["instances"]],
+                "token_file": plan["token_file"], "address": args.get("address"), "mode": "bench", "runs": runs,
+                "prompt": expect.prompt, "max_tokens": expect.max_tokens,
+                "timeout": int(args.get("timeout") or 120)})
+            if api.get("unreachable"):
+                return api
+            payload["api"] = dict((api.get("edge_llm") or {}).get("api") or {})
+            if api.get("failed"):
+                problems.append(str(api.get("msg") or api.get("module_stderr") or "the API benchmark failed"))
+        if args.get("dir") and not self._play_context.check_mode:
+            save(str(args["dir"]), str(task_vars.get("inventory_hostname") or self._task.get_name()), payload)
+        result["edge_llm"] = payload
+        if problems:
+            result["failed"] = True
+            result["msg"] = "; ".join(problems)
+        else:
+            result["msg"] = f"{runs} runs per model" + (" (smoke and API)" if payload["api"] else "")
+        return result

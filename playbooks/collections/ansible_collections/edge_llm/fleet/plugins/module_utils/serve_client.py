@@ -1,0 +1,157 @@
+"""HTTP client of edge-llm-serve for board modules: health wait, endpoint/auth probe, streaming benchmark.
+
+Shared by the ``serve`` module (fleet launch: wait for GET /health, then probe) and the ``api``
+module (probe or bench on their own), so both reach the service the same way. Runs ON the board
+(a loopback-only service is measured where it listens); stdlib only, a QLI image has no pip.
+The bearer token is a function argument here; callers never return or log it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import time
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+ANY = ("0.0.0.0", "::", "")
+
+
+def local_host(bind):
+    """Where a client on the board reaches a service bound to ``bind``."""
+    return "127.0.0.1" if bind in ANY else bind
+
+
+def endpoint(inst, address):
+    """The base URL a client uses: the board's own loopback for a loopback bind, else the board's address."""
+    bind = str(inst.get("bind") or "127.0.0.1")
+    host = bind if bind in LOOPBACK else (address if bind in ("0.0.0.0", "::") and address else bind)
+    return f"http://{host}:{int(inst['port'])}/v1"
+
+
+def _conn(inst, timeout):
+    return http.client.HTTPConnection(local_host(str(inst.get("bind") or "127.0.0.1")), int(inst["port"]),
+                                      timeout=timeout)
+
+
+def request(inst, method, path, token, body=None, timeout=30):
+    """(status, raw body) of one request to the instance on the board."""
+    conn = _conn(inst, timeout)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_healthy(inst, retries, delay, timeout, sleep=time.sleep):
+    """None once GET /health answers 200 (at most ``retries`` attempts ``delay`` s apart), else the last error.
+
+    Bounded like the uri/until loop it replaces: a service that cannot start (its port taken, a
+    missing model) fails the launch after retries x (timeout + delay) seconds instead of hanging it.
+    """
+    last = "no attempt"
+    for attempt in range(max(1, int(retries))):
+        if attempt:
+            sleep(float(delay))
+        try:
+            status, _ = request(inst, "GET", "/health", None, timeout=float(timeout))
+        except (OSError, http.client.HTTPException) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+            continue
+        if status == 200:
+            return None
+        last = f"HTTP {status}"
+    return last
+
+
+def stream_once(inst, token, prompt, max_tokens, timeout):
+    """One streamed chat completion: seconds to the first content chunk, tokens, decode tok/s."""
+    conn = _conn(inst, timeout)
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "stream": True}
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    t0 = time.monotonic()
+    first = last = None
+    chunks = 0
+    try:
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            delta = (json.loads(data).get("choices") or [{}])[0].get("delta") or {}
+            if delta.get("content"):
+                now = time.monotonic()
+                first = first if first is not None else now
+                last = now
+                chunks += 1
+    finally:
+        conn.close()
+    if first is None:
+        raise RuntimeError("the stream ended without a token")
+    decode = round((chunks - 1) / (last - first), 2) if chunks > 1 and last > first else None
+    return {"ttft_s": round(first - t0, 4), "tokens": chunks, "decode_tok_s": decode}
+
+
+def read_token(path):
+    """The token in ``path`` (None if it cannot be read or is empty)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def probe(instances, token, address):
+    """Endpoints and auth of each instance: the board's token accepted, a request without it refused (401)."""
+    endpoints, problems = {}, []
+    for inst in instances:
+        model = str(inst["model"])
+        endpoints[model] = endpoint(inst, address)
+        try:
+            ok, _ = request(inst, "GET", "/v1/models", token)
+            anon, _ = request(inst, "GET", "/v1/models", None)
+        except (OSError, http.client.HTTPException) as exc:
+            problems.append(f"{model}: {exc}")
+            continue
+        if ok != 200:
+            problems.append(f"{model}: GET /v1/models with the board's token answered {ok}")
+        if anon != 401:
+            problems.append(f"{model}: GET /v1/models without a token answered {anon}, not 401")
+    return {"kind": "launch", "endpoints": endpoints, "auth": "bearer"}, problems
+
+
+def bench(instances, token, address, runs, prompt, max_tokens, timeout):
+    """``runs`` streamed chat completions per instance: per-run figures and medians of TTFT and decode."""
+    out = {}
+    for inst in instances:
+        done, errors = [], []
+        for _ in range(max(1, int(runs))):
+            try:
+                done.append(stream_once(inst, token, prompt, int(max_tokens), int(timeout)))
+            except (OSError, ValueError, RuntimeError, http.client.HTTPException) as exc:
+                errors.append(str(exc)[:200])
+        ttfts = [r["ttft_s"] for r in done]
+        decs = [r["decode_tok_s"] for r in done if r["decode_tok_s"] is not None]
+        out[str(inst["model"])] = {
+            "endpoint": endpoint(inst, address), "n": len(done), "failed": len(errors), "errors": errors[:3],
+            "runs": done, "median_ttft_s": round(statistics.median(ttfts), 4) if ttfts else None,
+            "median_decode_tok_s": round(statistics.median(decs), 2) if decs else None}
+    problems = [f"{m}: {b['failed']} of {b['n'] + b['failed']} streamed requests failed ({b['errors'][0]})"
+                for m, b in out.items() if b["failed"]]
+    return {"kind": "api_benchmark", "api": out}, problems

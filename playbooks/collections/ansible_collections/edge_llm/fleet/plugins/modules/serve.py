@@ -1,0 +1,269 @@
+#!/usr/bin/python
+"""Board side of fleet launch: make edge-llm-serve's files and instances what the controller planned, in one call.
+
+The controller (action plugin of the same name, provisioner.fleet.service) computes every path,
+content, owner and mode; this module only compares, writes what differs (atomically), tells
+systemd, starts or restarts the instances whose inputs changed, waits for GET /health and probes
+the API. It knows nothing about boards or models. Stdlib only (a QLI image has no pip).
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serve
+short_description: Install and run edge-llm-serve@<model> instances, wait for /health, probe the API
+description:
+  - Writes the files in O(files) and the token file whose content differs from what is on the board (atomic
+    rename, owner and mode as given), creates O(dirs), runs C(systemctl daemon-reload) when a unit or drop-in
+    changed, restarts each instance one of whose inputs changed (starts it if it was not running; never start
+    then restart), enables it, waits until GET /health answers 200 and checks that the API accepts the board's
+    token and refuses a request without it.
+  - In check mode it reports what it would write and which instances it would start or restart, and touches nothing.
+  - Normally called through the action plugin of the same name, which builds every option on the controller.
+options:
+  dirs:
+    description: Directories, each {path, mode, owner, group}.
+    type: list
+    elements: dict
+    default: []
+  files:
+    description:
+      - Files, each {path, content, mode, owner, group, reload, units}.
+      - reload is true for a systemd unit or drop-in; units names the instances the file is an input of.
+    type: list
+    elements: dict
+    default: []
+  token:
+    description: The board's bearer token (content of O(token_file)); never returned or logged.
+    type: str
+    required: false
+  token_file:
+    description: Where the token goes, {path, mode, owner, group, units}.
+    type: dict
+    required: false
+  instances:
+    description: Instances, each {model, unit, port, bind, health_url}.
+    type: list
+    elements: dict
+    required: true
+  enabled:
+    description: Enable the instances at boot (false disables them).
+    type: bool
+    default: true
+  health_retries:
+    description: GET /health attempts per instance.
+    type: int
+    default: 30
+  health_delay:
+    description: Seconds between attempts.
+    type: float
+    default: 1
+  health_timeout:
+    description: Seconds per attempt.
+    type: float
+    default: 5
+  address:
+    description: Address clients use to reach the board (endpoint URL of a LAN bind).
+    type: str
+    required: false
+author: edge-llm provisioner
+"""
+
+EXAMPLES = r"""
+- name: Launch edge-llm-serve
+  edge_llm.fleet.serve:
+    expect: "{{ edge_llm_serve_expect }}"
+    token_path: "{{ edge_llm_serve_token_dir }}/{{ inventory_hostname }}"
+"""
+
+RETURN = r"""
+edge_llm:
+  description: kind launch - endpoints, auth, written files, started/restarted/enabled units.
+  returned: always
+  type: dict
+"""
+
+import grp  # noqa: E402
+import os  # noqa: E402
+import pwd  # noqa: E402
+import stat  # noqa: E402
+import tempfile  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.edge_llm.fleet.plugins.module_utils import serve_client  # noqa: E402
+
+RUNNING = ("active", "activating", "reloading")   # as ansible.builtin.systemd_service counts "running"
+
+
+def ids(entry):
+    """(uid, gid) of an entry's owner and group names."""
+    owner, group = str(entry.get("owner") or "root"), str(entry.get("group") or "root")
+    return pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
+
+
+def differs(path, content, mode, uid, gid):
+    """Whether ``path`` is missing or differs in bytes, mode, owner or group."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode or (st.st_uid, st.st_gid) != (uid, gid):
+        return True
+    if st.st_size != len(content):
+        return True
+    with open(path, "rb") as fh:
+        return fh.read() != content
+
+
+def write_atomic(path, content, mode, uid, gid):
+    """Replace ``path`` by a complete file in one rename: a reader (or a crash) never sees half of it."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.")
+    try:
+        os.fchmod(fd, mode)
+        os.fchown(fd, uid, gid)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def ensure_dir(entry, check):
+    """True if the directory was (or would be) created or had its mode/owner changed."""
+    path, mode = str(entry["path"]), int(str(entry.get("mode") or "0755"), 8)
+    uid, gid = ids(entry)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if not check:
+            os.makedirs(path, mode=mode, exist_ok=True)
+            os.chmod(path, mode)
+            os.chown(path, uid, gid)
+        return True
+    if stat.S_IMODE(st.st_mode) == mode and (st.st_uid, st.st_gid) == (uid, gid):
+        return False
+    if not check:
+        os.chmod(path, mode)
+        os.chown(path, uid, gid)
+    return True
+
+
+def unit_states(module, systemctl, units):
+    """{unit: (ActiveState, UnitFileState)} from one ``systemctl show``."""
+    rc, out, err = module.run_command([systemctl, "show", "-p", "Id", "-p", "ActiveState", "-p", "UnitFileState",
+                                       *units])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show failed: {err.strip() or out.strip()}")
+    states, block = {}, {}
+    for line in [*out.splitlines(), ""]:
+        if not line.strip():
+            if block:
+                states[block.get("Id", "")] = (block.get("ActiveState", ""), block.get("UnitFileState", ""))
+            block = {}
+            continue
+        key, _, value = line.partition("=")
+        block[key] = value
+    # systemctl prints blocks in argument order; an Id it rewrote (alias) still lines up by position
+    ordered = list(states.values())
+    return {u: states.get(u, ordered[i] if i < len(ordered) else ("", "")) for i, u in enumerate(units)}
+
+
+def systemctl_do(module, systemctl, verb, units):
+    if not units:
+        return
+    rc, out, err = module.run_command([systemctl, verb, *units])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl {verb} {' '.join(units)} failed: {err.strip() or out.strip()}",
+                         changed=True)
+
+
+def main():
+    module = AnsibleModule(argument_spec={
+        "dirs": {"type": "list", "elements": "dict", "default": []},
+        "files": {"type": "list", "elements": "dict", "default": []},
+        "token": {"type": "str", "required": False, "no_log": True},
+        "token_file": {"type": "dict", "required": False, "no_log": False},
+        "instances": {"type": "list", "elements": "dict", "required": True},
+        "enabled": {"type": "bool", "default": True},
+        "health_retries": {"type": "int", "default": 30},
+        "health_delay": {"type": "float", "default": 1},
+        "health_timeout": {"type": "float", "default": 5},
+        "address": {"type": "str", "required": False, "default": None},
+    }, supports_check_mode=True)
+    p, check = module.params, module.check_mode
+    instances = p["instances"]
+    units = [str(i["unit"]) for i in instances]
+
+    changed_dirs = [str(d["path"]) for d in p["dirs"] if ensure_dir(d, check)]
+    written, reload, touched = [], False, set()
+    entries = [(f, str(f["content"]).encode("utf-8")) for f in p["files"]]
+    tf = p["token_file"]
+    if tf:
+        # no token (check mode before the first launch: the controller has none yet) means "would be created"
+        entries.append((tf, (p["token"] + "\n").encode("utf-8") if p["token"] else None))
+    for entry, content in entries:
+        path, mode = str(entry["path"]), int(str(entry.get("mode") or "0644"), 8)
+        uid, gid = ids(entry)
+        if content is not None and not differs(path, content, mode, uid, gid):
+            continue
+        if not check:
+            write_atomic(path, content, mode, uid, gid)
+        written.append(path)
+        reload = reload or bool(entry.get("reload"))
+        touched.update(str(u) for u in entry.get("units") or [])
+
+    systemctl = module.get_bin_path("systemctl", required=True)
+    if reload and not check:
+        rc, out, err = module.run_command([systemctl, "daemon-reload"])
+        if rc != 0:
+            module.fail_json(msg=f"systemctl daemon-reload failed: {err.strip() or out.strip()}", changed=True)
+    states = unit_states(module, systemctl, units)
+    restart = [u for u in units if u in touched and states[u][0] in RUNNING]
+    start = [u for u in units if states[u][0] not in RUNNING]
+    want = "enabled" if p["enabled"] else "disabled"
+    toggle = [u for u in units if (states[u][1] == "enabled") != p["enabled"]]
+    if not check:
+        systemctl_do(module, systemctl, "restart", restart)
+        systemctl_do(module, systemctl, "start", start)
+        systemctl_do(module, systemctl, "enable" if p["enabled"] else "disable", toggle)
+    changed = bool(changed_dirs or written or restart or start or toggle)
+    payload = {"kind": "launch", "endpoints": {}, "auth": "bearer", "check_mode": check,
+               "dirs": changed_dirs, "written": written, "daemon_reload": reload, "restarted": restart,
+               "started": start, want: toggle}
+    # what comes back is only this summary: file contents stay out of the result
+    invocation = {"module_args": {"instances": units, "files": [str(f["path"]) for f in p["files"]]}}
+    if check:
+        payload["endpoints"] = {str(i["model"]): serve_client.endpoint(i, p["address"]) for i in instances}
+        module.exit_json(changed=changed, edge_llm=payload, invocation=invocation,
+                         msg="check mode: nothing written, started or probed")
+
+    problems = []
+    for inst in instances:
+        last = serve_client.wait_healthy(inst, p["health_retries"], p["health_delay"], p["health_timeout"])
+        if last is not None:
+            problems.append(f"{inst['model']}: GET {inst['health_url']} did not answer 200 after "
+                            f"{p['health_retries']} attempts ({last})")
+    if problems:
+        module.fail_json(msg="health: " + "; ".join(problems), changed=changed, edge_llm=payload,
+                         invocation=invocation)
+    if not p["token"]:
+        module.fail_json(msg="no API token was given (the controller generates it at launch)", changed=changed,
+                         edge_llm=payload, invocation=invocation)
+    probed, problems = serve_client.probe(instances, p["token"], p["address"])
+    payload.update(probed)
+    if problems:
+        module.fail_json(msg="; ".join(problems), changed=changed, edge_llm=payload, invocation=invocation)
+    wrote = f", wrote {len(written)} file(s)" if written else ""
+    module.exit_json(changed=changed, edge_llm=payload, invocation=invocation,
+                     msg=f"{len(instances)} instance(s) healthy{wrote}")
+
+
+if __name__ == "__main__":
+    main()
