@@ -17,7 +17,9 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ HOST_TOOLS = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), (
               ("debugfs", "e2fsprogs"), ("unshare", "util-linux"),
               ("gcc", "gcc"))      # builds the virtual boards' stand-in NPU libraries (provisioner/sim/clib)
 PYTHON_TOOLS = ("ansible-playbook", "ansible-inventory")   # ansible-core, a pip dependency of this tool
+MAX_CONSOLES = 32      # boards driven at once over their consoles / HTTP (threads waiting on I/O)
 
 
 class RehearsalError(UserError):
@@ -403,9 +406,22 @@ class Rehearsal:
 
         cred = self._credential()
         serials = [s for ln in self.lanes for s in ln.serials]
-        for serial in serials:
-            with ConsoleDriver(self._console(serial), credential=cred) as con:
-                con.reboot_edl()
+
+        def to_edl(serial: str) -> str | None:
+            try:
+                with ConsoleDriver(self._console(serial), credential=cred) as con:
+                    con.reboot_edl()
+            except UserError as exc:
+                return f"{serial}: {exc.message}"
+            return None
+
+        # every board on its own console at once, as a factory operator's script does (a login
+        # and `reboot edl` is seconds of waiting on each UART, nothing the station host computes)
+        with ThreadPoolExecutor(max_workers=min(MAX_CONSOLES, len(serials)), thread_name_prefix="edl") as pool:
+            failed = [e for e in pool.map(to_edl, serials) if e]
+        if failed:
+            raise RehearsalError("`reboot edl` failed on the console of " + "; ".join(failed),
+                                 "check their consoles (`provisioner console`)")
         deadline = time.monotonic() + 60
         seen: set[str] = set()
         while time.monotonic() < deadline:
@@ -431,15 +447,27 @@ class Rehearsal:
 
         config = self._station_config()
         records = Records(self.station_db)
+        stop = threading.Event()
+
+        def flash_lane(lane: Lane) -> list[str]:
+            assert lane.release_dir is not None
+            options = FlashOptions(serials=tuple(lane.serials), board_id=lane.board.id, boot_check=True,
+                                   timeout_s=300)
+            run = flash_release(lane.release_dir, config, options, records=records, stop=stop)
+            return [f"{b.serial}: {b.error}" for b in run.failed]
+
+        # One station, one records database, every lane's release at once: each board has its own
+        # USB link and qdl process, so a second board type need not wait for the first one's boot.
         failed: list[str] = []
         try:
-            for lane in self.lanes:
-                assert lane.release_dir is not None
-                options = FlashOptions(serials=tuple(lane.serials), board_id=lane.board.id, boot_check=True,
-                                       timeout_s=300)
-                run = flash_release(lane.release_dir, config, options, records=records)
-                for b in run.failed:
-                    failed.append(f"{b.serial}: {b.error}")
+            with ThreadPoolExecutor(max_workers=len(self.lanes), thread_name_prefix="lane") as pool:
+                futures = [pool.submit(flash_lane, lane) for lane in self.lanes]
+                try:
+                    for fut in futures:
+                        failed += fut.result()
+                except BaseException:
+                    stop.set()          # Ctrl-C or a failed lane: the other lanes' qdl runs end too
+                    raise
         finally:
             records.close()
         if failed:
@@ -534,25 +562,34 @@ class Rehearsal:
         from provisioner.fleet.serve_config import controller_token
 
         hosts = self._inventory_hosts()
-        bad = []
-        for name in self._healthy_hosts():
+
+        def complete(name: str) -> tuple[str, dict[str, Any] | None, str | None]:
             hv = hosts[name]
             url = f"http://{hv['ansible_host']}:{hv['edge_llm_serve_port_base']}/v1/completions"
             token = controller_token(self.inventory, name)      # where fleet launch put it; never printed
             if token is None:
-                bad.append(f"{name}: no API token from fleet launch beside {self.inventory}")
-                continue
+                return name, None, f"no API token from fleet launch beside {self.inventory}"
             try:
                 resp = requests.post(url, json={"prompt": self.o.prompt, "max_tokens": 32}, timeout=60,
                                      headers={"Authorization": f"Bearer {token}"})
                 body = resp.json()
             except (requests.RequestException, ValueError) as exc:
-                bad.append(f"{name}: {exc}")
-                continue
+                return name, None, str(exc)
             if resp.status_code != 200 or not body.get("choices"):
-                bad.append(f"{name}: HTTP {resp.status_code} {str(body)[:120]}")
-                continue
-            self.completions[name] = body
+                return name, None, f"HTTP {resp.status_code} {str(body)[:120]}"
+            return name, body, None
+
+        # one request per board, all boards at once: each board decodes on its own NPU, so a
+        # client waiting for one answer before asking the next board only adds up their latencies
+        names = self._healthy_hosts()
+        bad = []
+        with ThreadPoolExecutor(max_workers=max(1, min(MAX_CONSOLES, len(names))),
+                                thread_name_prefix="completion") as pool:
+            for name, body, error in pool.map(complete, names):
+                if error is not None:
+                    bad.append(f"{name}: {error}")
+                elif body is not None:
+                    self.completions[name] = body
         if bad:
             raise RehearsalError("completion failed on " + "; ".join(bad), "check `systemctl status` on the board")
         return f"{len(self.completions)} completions answered"
