@@ -129,30 +129,81 @@ class FlashRun:
 
 
 class RecordsListener:
-    """Feeds step events into the station database (progress events are not stored).
+    """Feeds step events into the station database (progress events are not stored), from one
+    writer thread that writes whatever has queued up in one transaction.
 
-    A full disk does not stop a board that is being flashed: the event is dropped, the records
+    Why not write from the boards' own threads: every write is a transaction with an fsync
+    (``synchronous=FULL``) behind one lock, so with eight boards each board waited for the
+    others' commits before its qdl could start (five commits each: forty in a row), and the
+    station's start-up grew with the number of boards. Now a board only queues; :meth:`flush`
+    waits until its events are written (before the attempt's outcome is).
+
+    A full disk does not stop a board that is being flashed: the events are dropped, the records
     keep the error (:attr:`Records.space_error`) and the run reports it once every board is done.
+    Any other database error is raised to the next board that emits or flushes.
     """
 
     def __init__(self, records: Records, attempts: dict[str, int]) -> None:
         self.records = records
         self.attempts = attempts
+        self._queue: list[tuple[str, tuple[Any, ...]]] = []
+        self._writing = False
+        self._closed = False
+        self._error: StationError | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._writer, name="records", daemon=True)
+        self._thread.start()
 
     def __call__(self, ev: StepEvent) -> None:
         aid = self.attempts.get(ev.serial)
         if aid is None or ev.kind == "progress":
             return
-        try:
-            if ev.kind == "state":
-                self.records.set_state(aid, ev.detail["state"])
-            elif ev.kind == "process":
-                self.records.set_qdl_process(aid, ev.detail["pid"], ev.detail.get("start"))
-            else:
-                self.records.add_event(aid, ev.step, ev.kind, duration_s=ev.duration_s, detail=ev.detail or None)
-        except StationError:
-            if self.records.space_error is None:
-                raise
+        if ev.kind == "state":
+            op: tuple[str, tuple[Any, ...]] = ("state", (aid, ev.detail["state"], None))
+        elif ev.kind == "process":
+            op = ("process", (aid, ev.detail["pid"], ev.detail.get("start")))
+        else:
+            op = ("event", (aid, ev.step, ev.kind, ev.duration_s, ev.detail or None, time.time()))
+        with self._cond:
+            if self._error is not None:
+                raise self._error
+            self._queue.append(op)
+            self._cond.notify_all()
+
+    def _writer(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                ops, self._queue = self._queue, []
+                self._writing = True
+            error = None
+            try:
+                self.records.write_many(ops)
+            except StationError as exc:
+                if self.records.space_error is None:
+                    error = exc
+            with self._cond:
+                self._writing = False
+                self._error = self._error or error
+                self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every queued event is in the database (or raise the error that stopped it)."""
+        with self._cond:
+            while self._queue or self._writing:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+
+    def close(self) -> None:
+        """Write what is queued and end the writer thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
 
 
 def select_targets(config: StationConfig, board_id: str, *, serials: list[str] | None, all_boards: bool
@@ -268,6 +319,7 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
                              serial_select=serial_select)
     attempts: dict[str, int] = {}
     listeners: list[Listener] = []
+    rec_listener: RecordsListener | None = None
     if records is not None:
         for t in targets:
             records.board_seen(t.serial, slot=t.slot, port=t.port, mode="edl" if t.port else None, board=pf.board.id)
@@ -275,7 +327,8 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
                 t.serial, slot=t.slot, board=pf.board.id, release_id=pf.release_id,
                 artifacts=pf.artifact_sha256, qdl_version=info.describe(),
                 log_path=log_dir / f"{t.serial}-qdl.log")
-        listeners.append(RecordsListener(records, attempts))
+        rec_listener = RecordsListener(records, attempts)
+        listeners.append(rec_listener)
     if listener:
         listeners.append(listener)
     stop = stop or threading.Event()
@@ -306,6 +359,8 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
         if records is not None and aid is not None:
             result = PASSED if ok else (INTERRUPTED if stop.is_set() else FAILED)
             try:
+                if rec_listener is not None:
+                    rec_listener.flush()     # the board's events before its outcome
                 if not records.finish_attempt(aid, result, error="interrupted by the operator"
                                               if result == INTERRUPTED else error, identity=strat.identity):
                     unrecorded[t.serial] = f"in {strat.log_path}, recorded at the next start"
@@ -322,16 +377,20 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
                            rate, str(strat.log_path), strat.identity, aid, strat.log_error)
 
     workers = max(1, min(opts.jobs or len(targets), len(targets)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flash") as pool:
-        try:
-            results = list(pool.map(work, targets))
-        except KeyboardInterrupt:
-            # qdl runs in its own session (Ctrl-C does not reach it): stop every one we started,
-            # let the workers record their attempts as interrupted, then re-raise.
-            stop.set()
-            _stop_children(info.path)
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flash") as pool:
+            try:
+                results = list(pool.map(work, targets))
+            except KeyboardInterrupt:
+                # qdl runs in its own session (Ctrl-C does not reach it): stop every one we started,
+                # let the workers record their attempts as interrupted, then re-raise.
+                stop.set()
+                _stop_children(info.path)
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    finally:
+        if rec_listener is not None:
+            rec_listener.close()
     run = FlashRun(pf.release_id, pf.board.id, info, results, time.monotonic() - t0)
     full = records.space_error if records is not None else None
     log_errors = [r.serial for r in results if r.log_error]

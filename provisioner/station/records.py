@@ -39,6 +39,23 @@ from provisioner.process import start_id
 
 T = TypeVar("T")
 
+
+def _op_state(cur: sqlite3.Cursor, attempt_id: int, state: str, tries: int | None) -> None:
+    cur.execute("UPDATE attempts SET state=?, tries=COALESCE(?, tries) WHERE id=?", (state, tries, attempt_id))
+
+
+def _op_process(cur: sqlite3.Cursor, attempt_id: int, pid: int, started: str | None) -> None:
+    cur.execute("UPDATE attempts SET qdl_pid=?, qdl_start=? WHERE id=?", (pid, started, attempt_id))
+
+
+def _op_event(cur: sqlite3.Cursor, attempt_id: int | None, step: str, kind: str, duration_s: float | None,
+              detail: dict[str, Any] | None, ts: float) -> None:
+    cur.execute("INSERT INTO events(attempt_id, ts, step, kind, duration_s, detail) VALUES (?,?,?,?,?,?)",
+                (attempt_id, ts, step, kind, duration_s, json.dumps(detail, sort_keys=True) if detail else None))
+
+
+_OPS: dict[str, Callable[..., None]] = {"state": _op_state, "process": _op_process, "event": _op_event}
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS boards (
     serial TEXT PRIMARY KEY,
@@ -467,19 +484,27 @@ class Records:
         return self._write(body)
 
     def set_state(self, attempt_id: int, state: str, *, tries: int | None = None) -> None:
-        self._write(lambda cur: cur.execute("UPDATE attempts SET state=?, tries=COALESCE(?, tries) WHERE id=?",
-                                            (state, tries, attempt_id)))
+        self.write_many([("state", (attempt_id, state, tries))])
 
     def set_qdl_process(self, attempt_id: int, pid: int, started: str | None) -> None:
         """Who writes the board now (pid + start id), so a later start can end it if it outlives us."""
-        self._write(lambda cur: cur.execute("UPDATE attempts SET qdl_pid=?, qdl_start=? WHERE id=?",
-                                            (pid, started, attempt_id)))
+        self.write_many([("process", (attempt_id, pid, started))])
 
     def add_event(self, attempt_id: int | None, step: str, kind: str, *, duration_s: float | None = None,
                   detail: dict[str, Any] | None = None) -> None:
-        self._write(lambda cur: cur.execute(
-            "INSERT INTO events(attempt_id, ts, step, kind, duration_s, detail) VALUES (?,?,?,?,?,?)",
-            (attempt_id, time.time(), step, kind, duration_s, json.dumps(detail, sort_keys=True) if detail else None)))
+        self.write_many([("event", (attempt_id, step, kind, duration_s, detail, time.time()))])
+
+    def write_many(self, ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Several state / qdl process / event writes in one transaction (one fsync for all).
+
+        ``ops`` are ``("state", (attempt_id, state, tries))``, ``("process", (attempt_id, pid,
+        start))`` and ``("event", (attempt_id, step, kind, duration_s, detail, ts))``.
+        """
+        def body(cur: sqlite3.Cursor) -> None:
+            for name, args in ops:
+                _OPS[name](cur, *args)
+
+        self._write(body)
 
     def finish_attempt(self, attempt_id: int, result: str, *, error: str | None = None,
                        identity: dict[str, Any] | None = None) -> bool:

@@ -235,3 +235,39 @@ def test_qdl_truncation_line_is_a_warning_in_either_spelling(line):
 
     prog = QdlProgress()
     assert prog.feed(line) and prog.warnings == [line] and prog.errors == []
+
+
+def test_a_slow_records_database_does_not_hold_back_a_boards_qdl(station, release_8275, monkeypatch):
+    """Each records write is an fsync'ed transaction; a board queues its events and starts qdl
+    without waiting for them (eight boards used to start one after another behind forty
+    commits). Every event is still in the database before the attempt's outcome."""
+    import threading
+
+    board = station.add(1)[0]
+    gate, armed, stalled = threading.Event(), [], []
+    orig_write, orig_start = Records._write, Records.start_attempt
+
+    def slow_write(self, body):
+        if armed and not gate.wait(timeout=10):      # the database is stuck until qdl runs
+            stalled.append(True)
+        return orig_write(self, body)
+
+    def start_attempt(self, *a, **kw):
+        aid = orig_start(self, *a, **kw)
+        armed.append(aid)
+        return aid
+
+    def listener(ev):
+        if ev.kind == "process":
+            gate.set()
+
+    monkeypatch.setattr(Records, "_write", slow_write)
+    monkeypatch.setattr(Records, "start_attempt", start_attempt)
+    with Records(station.config.database) as rec:
+        run = flash_release(release_8275, station.config, FlashOptions(all_boards=True), records=rec,
+                            listener=listener)
+        steps = [(e["step"], e["kind"]) for e in rec.events(armed[0])]
+        hist = rec.history(board.serial)
+    assert run.ok and not stalled
+    assert ("flash", "start") in steps and ("flash", "stop") in steps
+    assert hist[0]["result"] == "passed" and hist[0]["state"] == "flashed" and hist[0]["qdl_pid"]
