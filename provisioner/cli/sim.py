@@ -30,24 +30,30 @@ def command() -> None:
               help="Release manifest whose synthetic image booted boards get (default: built-in example).")
 @click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the Ansible inventory of all booted boards here (also <root>/inventory.yml).")
-@click.option("--timeout", "timeout_s", type=float, default=180.0, show_default=True, help="Seconds to wait for boot.")
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Seconds to wait for boot (default: 120, or 1 s per board for larger fleets).")
 @ROOT_OPT
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def up_cmd(count: int, board_id: str, faults: tuple[str, ...], state: str, manifest: Path | None,
-           inventory: Path | None, timeout_s: float, root: Path | None, as_json: bool) -> None:
+           inventory: Path | None, timeout_s: float | None, root: Path | None, as_json: bool) -> None:
     """Add COUNT virtual boards (repeat to add more)."""
+    import time
+
     from provisioner.sim import control
     from provisioner.sim.board import check_faults
 
     check_faults(faults)
     rep = Reporter(quiet=as_json)
     rep.step(f"bringing up {count} x {board_id} ({state})")
+    t0 = time.monotonic()
     res = control.up(count, board_id, root=root, faults=faults, state=state, manifest=manifest,
                      inventory=inventory, timeout_s=timeout_s)
+    took = time.monotonic() - t0
     if as_json:
-        print_json(res.as_dict())
+        print_json({**res.as_dict(), "elapsed_s": round(took, 1)})
         return
     _board_table([b.data for b in res.boards])
+    rep.info(f"{count} board(s) {state} in {took:.1f} s ({took / count:.2f} s per board)")
     if res.inventory:
         rep.info(f"inventory: {res.inventory}")
 

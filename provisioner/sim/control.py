@@ -113,8 +113,10 @@ def bundle_for(root: Path, manifest_path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------- up / down
 def up(count: int, board_id: str, *, root: str | os.PathLike[str] | None = None, faults: tuple[str, ...] = (),
        state: str = "booted", manifest: Path | None = None, inventory: Path | None = None,
-       timeout_s: float = 120.0, lun_mib: int | None = None) -> UpResult:
+       timeout_s: float | None = None, lun_mib: int | None = None) -> UpResult:
     """Add ``count`` boards of type ``board_id`` to the sim root and bring them to ``state``.
+
+    ``timeout_s`` bounds the whole boot (default :func:`boot_timeout` of ``count``).
 
     ``booted``: factory-install the synthetic image of ``manifest`` (built-in example if None), boot,
     wait for every board to reach ``booted`` and (re)write the Ansible inventory of all booted
@@ -154,11 +156,20 @@ def up(count: int, board_id: str, *, root: str | os.PathLike[str] | None = None,
             vb.set_state("edl")
     inv = None
     if state == "booted":
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (boot_timeout(count) if timeout_s is None else timeout_s)
         for vb in created:
             supervisor.wait_for_state(vb, "booted", max(1.0, deadline - time.monotonic()))
         inv = write_inventory(root_p, inventory)
     return UpResult(boards=created, inventory=inv, bundle=bundle)
+
+
+BOOT_S_PER_BOARD = 1.0          # generous: one board's namespace takes ~0.3-0.6 s of a busy 2-core host
+
+
+def boot_timeout(count: int) -> float:
+    """Seconds to wait for ``count`` boards to boot: the boards start a few at a time, so the bound
+    grows with the fleet (256 boards must not time out where 4 would be given 120 s)."""
+    return max(120.0, BOOT_S_PER_BOARD * count)
 
 
 @contextlib.contextmanager

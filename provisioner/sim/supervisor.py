@@ -530,10 +530,29 @@ def status(root: Path | str | None = None) -> dict[str, Any]:
     }
 
 
+FDS_PER_BOARD = 4           # measured ~3 at 256 boards: console pty master, its log, a worker's files
+FDS_WANTED = 64 + FDS_PER_BOARD * 1024       # room for a 1,024-board sim root
+
+
+def raise_fd_limit(wanted: int = FDS_WANTED) -> int:
+    """Raise the soft RLIMIT_NOFILE towards ``wanted`` (never above the hard limit); returns the soft
+    limit now. The usual default soft limit of 1024 runs out near 256 boards, one supervisor
+    holding every board's console; the hard limit (often 524288) allows far more."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="provisioner.sim.supervisor")
     ap.add_argument("--root", default=None)
     args = ap.parse_args(argv)
+    raise_fd_limit()
     root = sim_root(args.root)
     root.mkdir(parents=True, exist_ok=True)
     sup_loop = asyncio.new_event_loop()
