@@ -379,27 +379,45 @@ def bootable_lun(programs: list[Program]) -> int | None:
 
 # ---------------------------------------------------------------------------------------------- flashing
 class Device:
-    """The firehose side: a board's LUN images (or, for --dry-run, nothing at all)."""
+    """The firehose side: a board's LUN images (or, for --dry-run, nothing at all).
+
+    LUN sizes and file descriptors are looked up once per run: the patch step makes about
+    seventy small writes after the last image byte, where no modelled link time hides the
+    stand-in's own work (an open and a stat each was most of it).
+    """
 
     def __init__(self, board: VirtualBoard | None, sector_size: int) -> None:
         self.board = board
         self.sector_size = sector_size
         self.partitions: dict[str, dict[str, int]] = {}
+        self._sectors: dict[int, int] = {}
+        self._fds: dict[int, int] = {}
 
     def num_disk_sectors(self, lun: int) -> int:
         if self.board is None:
             return DRY_RUN_DISK_BYTES // self.sector_size
-        path = self.board.lun_path(lun)
-        if not path.exists():
-            raise QdlFailure(f"firehose: LUN {lun} does not exist on this device")
-        return path.stat().st_size // self.sector_size
+        if lun not in self._sectors:
+            path = self.board.lun_path(lun)
+            if not path.exists():
+                raise QdlFailure(f"firehose: LUN {lun} does not exist on this device")
+            self._sectors[lun] = path.stat().st_size // self.sector_size
+        return self._sectors[lun]
+
+    def _fd(self, lun: int) -> int:
+        assert self.board is not None
+        if lun not in self._fds:
+            self._fds[lun] = os.open(self.board.lun_path(lun), os.O_RDWR)
+        return self._fds[lun]
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
     def write(self, lun: int, offset: int, data: bytes) -> None:
         if self.board is None:
             return
-        with open(self.board.lun_path(lun), "r+b") as fh:
-            fh.seek(offset)
-            fh.write(data)
+        os.pwrite(self._fd(lun), data, offset)
 
     def zero(self, lun: int, offset: int, length: int) -> None:
         if self.board is None:
@@ -441,9 +459,7 @@ class Device:
     def read(self, lun: int, offset: int, length: int) -> bytes:
         if self.board is None:
             return b"\0" * length
-        with open(self.board.lun_path(lun), "rb") as fh:
-            fh.seek(offset)
-            return fh.read(length).ljust(length, b"\0")
+        return os.pread(self._fd(lun), length, offset).ljust(length, b"\0")
 
 
 SPARSE_MAGIC = 0xED26FF3A
@@ -761,6 +777,7 @@ def flash(args: Args, root: Path, flavor: str, *, board: VirtualBoard | None = N
             _commit(board, device, lun)
         return 0
     finally:
+        device.close()
         if claim is not None:
             os.close(claim)
 
