@@ -179,3 +179,72 @@ def test_sota_image_fails_when_anything_is_left_in_opt(local, refused, tmp_path)
         _run(d, "edge_llm_check_opt_empty")  # an empty /opt is what the commit expects
     finally:
         logging.getLogger("BitBake").removeHandler(h)
+
+
+# --- boot assessment: a deployment without FastRPC or its trees is never blessed ----------------------
+
+
+def test_only_a_sota_image_gets_the_boot_check(tmp_path):
+    deps = {}
+    for name, local in (("sota", SOTA), ("plain", PLAIN)):
+        d = bbparse.parse_recipe(LAYER / "recipes-core/packagegroups/packagegroup-edge-llm.bb",
+                                 _env(tmp_path / name, local))
+        deps[name] = set(d.getVar("RDEPENDS:packagegroup-edge-llm").split())
+    assert "edge-llm-boot-check" in deps["sota"]
+    assert "edge-llm-boot-check" not in deps["plain"]
+
+
+def _boot_check(tmp_path: Path) -> tuple[str, Path]:
+    """The installed unit text and the installed check script."""
+    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-boot-check/edge-llm-boot-check.bb", _env(tmp_path, SOTA))
+    unpack = Path(d.getVar("UNPACKDIR"))
+    unpack.mkdir(parents=True, exist_ok=True)
+    for src in (LAYER / "recipes-core/edge-llm-boot-check/files").iterdir():
+        (unpack / src.name).write_bytes(src.read_bytes())
+    dest = _install(d)
+    unit = (dest / "usr/lib/systemd/system/edge-llm-boot-check.service").read_text()
+    return unit, dest / "usr/libexec/edge-llm-boot-check"
+
+
+def test_boot_check_unit_gates_boot_complete_with_the_layout_paths(tmp_path):
+    unit, script = _boot_check(tmp_path)
+    lines = unit.splitlines()
+    assert "Before=boot-complete.target" in lines and "RequiredBy=boot-complete.target" in lines
+    assert (f"ExecStart=/usr/libexec/edge-llm-boot-check {layout.FASTRPC_DEVICE} {layout.FASTRPC_SERVICE} "
+            "/usr/lib/tmpfiles.d") in lines
+    assert os.access(script, os.X_OK)
+
+
+@pytest.mark.parametrize("service_active,tree_present,device,ok", [
+    (True, True, "/dev/null", True),
+    (False, True, "/dev/null", False),
+    (True, False, "/dev/null", False),
+    (True, True, "regular-file", False),
+])
+def test_boot_check_fails_on_what_breaks_inference(service_active, tree_present, device, ok, tmp_path):
+    import subprocess
+
+    _, script = _boot_check(tmp_path / "build")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text(f"#!/bin/sh\nexit {0 if service_active else 3}\n")
+    (bindir / "systemctl").chmod(0o755)
+    tree = tmp_path / "store/qairt/2.45.0.260326"
+    if tree_present:
+        tree.mkdir(parents=True)
+    link = tmp_path / "opt/qairt/2.45.0.260326"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(tree)
+    tmpfiles = tmp_path / "tmpfiles.d"
+    tmpfiles.mkdir()
+    snippet = f"d {link.parent} 0755 root root -\nL+ {link} - - - - {tree}\n"
+    (tmpfiles / "edge-llm-qairt-runtime.conf").write_text(snippet)
+    if device == "regular-file":
+        device = str(tmp_path / "not-a-device")
+        Path(device).write_text("")
+    proc = subprocess.run([str(script), device, "cdsprpcd.service", str(tmpfiles)], capture_output=True, text=True,
+                          env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    assert (proc.returncode == 0) is ok, proc.stderr
+    if not ok:
+        assert proc.stderr.startswith("edge-llm-boot-check: ")
+        assert (str(link) in proc.stderr) is (not tree_present)

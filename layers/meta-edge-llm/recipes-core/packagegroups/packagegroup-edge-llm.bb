@@ -33,8 +33,12 @@ def edge_llm_runtime_packages(d):
         pkgs.append("litert-lm-runtime")
     return " ".join(pkgs)
 
+# On an OSTree (sota) image: the boot-local health check systemd-bless-boot waits for.
+EDGE_LLM_BOOT_CHECK = "${@bb.utils.contains('DISTRO_FEATURES', 'sota', 'edge-llm-boot-check', '', d)}"
+
 RDEPENDS:${PN} = "\
     ${@edge_llm_runtime_packages(d)} \
+    ${EDGE_LLM_BOOT_CHECK} \
     edge-llm-download-mode \
     edge-llm-login \
     edge-llm-memlock \
