@@ -13,6 +13,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import argparse  # noqa: E402
+import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
@@ -37,6 +38,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--boards", type=int, nargs="+", default=[4, 16])
     args = ap.parse_args()
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start "
+          "(the machine may be shared: compare the ratios of one run)")
     runs = {n: run(n) for n in args.boards}
     if len(runs) >= 2:
         lo, hi = min(runs), max(runs)

@@ -45,7 +45,7 @@ def main() -> int:
         release = write_release(manifest, bundle, work / "out", simulated=True)
         size = sum(f.stat().st_size for f in bundle.iterdir() if f.is_file())
         print(f"bundle {size / 1e6:.1f} MB, qdl stand-in at {args.rate_kbps} kB/s per board, "
-              f"{os.cpu_count()} CPUs")
+              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (ratios in one run are what compare)")
         results = {}
         for n in counts:
             root = work / f"sim{n}"
