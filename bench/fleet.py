@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every fleet operation at 16/64(/256) virtual boards against the one-task floor, in one run.
 
-For each size and operation (verify, deploy, launch, benchmark, rollback, update-os) it runs the
+For each size and operation (verify, launch, benchmark, deploy, rollback, update-os) it runs the
 command a user runs, `provisioner fleet <op>` (CLI -> provisioner.fleet.runner -> ansible-playbook,
 the playbooks as they are on this checkout), and prints wall time and controller CPU seconds per board
 (CPU of the waited-for children: the CLI, ansible-playbook and its ssh clients, RUSAGE_CHILDREN).
@@ -56,7 +56,10 @@ from provisioner.fleet.runner import ansible_env  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402
 from tests.fleet.simfleet import BoardSpec, SimFleet, build_fleet, can_run  # noqa: E402
 
-OPS = ("verify", "deploy", "launch", "benchmark", "rollback", "update-os")
+#: run order: launch and benchmark serve the image's models first, then deploy and its rollback (launched
+#: after this bench's deploy, the iq-9075-evk boards' service kept answering /health with 503: a board-side
+#: question for the deploy/serve tests, not a controller cost)
+OPS = ("verify", "launch", "benchmark", "deploy", "rollback", "update-os")
 GOAL = 1.5
 GOAL_SIZE = 64
 STRATEGY_OPS = ("verify", "benchmark")      # idempotent: rerunning them per strategy measures the same work
