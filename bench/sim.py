@@ -85,6 +85,8 @@ def kind(pid: int) -> str:
         return "supervisor"
     if b"provisioner.sim.host" in text or argv[:2] == [b"/bin/sh", b"/run/edge-llm-sim/agent"]:
         return "namespace agent"
+    if argv[0].endswith(b"/sshd-socket"):
+        return "ssh socket (sshd-socket)"
     if argv[0].startswith((b"sshd", b"/usr/sbin/sshd")):
         return "sshd"
     return "other (services, sessions)"
