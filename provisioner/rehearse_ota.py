@@ -20,6 +20,7 @@ Only rehearse.py imports this module (it may import the simulator, like rehearse
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -111,6 +112,8 @@ class OtaRehearsal:
                 board = VirtualBoard.load(self.r.sim_root, serial)
                 host.stop_host(board)
                 ostree_board.init_sysroot(board, self.repo, lane.board.kas_machine, commit)
+                keep_etc_owners(board.rootfs_dir, ostree_board.sysroot(board) / "ostree/deploy" /
+                                ostree_board.OSNAME / "deploy")
                 host.start_host(board)
                 n += 1
         self.r._write_inventory()          # a restarted board may listen on another port
@@ -206,6 +209,29 @@ def image_tree(rootfs: Path, tree: Path, build_id: str, change: dict[str, bytes]
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_bytes(data)
     return tree
+
+
+def keep_etc_owners(rootfs: Path, deploy_dir: Path) -> None:
+    """Give the deployment's /etc the owners the flashed board's /etc had.
+
+    The rehearsal commits the *launched* rootfs as its base image, and the simulated build records
+    every file as root's; but what ``fleet launch`` wrote (the API token, owned by the service user,
+    mode 0600) is the board's own /etc state. On a real board it lives in the deployment's /etc and
+    ``ostree admin deploy`` carries it, owner included, into the next deployment (the /etc 3-way merge,
+    ostree-admin-deploy(1)). Without this the service cannot read its token after the OTA reboot and
+    never comes up, and the gate's serving-API step fails on a good board.
+    """
+    src = rootfs / "etc"
+    for dep in sorted(p for p in deploy_dir.iterdir() if p.is_dir()) if deploy_dir.is_dir() else []:
+        dst = dep / "etc"
+        for path in src.rglob("*"):
+            twin = dst / path.relative_to(src)
+            try:
+                have, want = twin.lstat(), path.lstat()
+            except OSError:
+                continue
+            if (have.st_uid, have.st_gid) != (want.st_uid, want.st_gid):
+                os.lchown(twin, want.st_uid, want.st_gid)
 
 
 def unfreeze(path: Path) -> None:

@@ -352,6 +352,37 @@ def _genie_config_check(b: catalog.Board, m: ModelVars, info: dict[str, Any]) ->
     return Check(name, True, f"soc_model {soc_model}, dsp_arch {arch}")
 
 
+def below_floor(m: ModelVars, decode_tok_s: float) -> bool:
+    """The board type's decode floor (the model's ``min_decode_tok_s``, from the catalog's measured figure
+    less the tolerance): one rule for the runtime smoke and the smoke through the serving API."""
+    return m.min_decode_tok_s is not None and decode_tok_s < m.min_decode_tok_s
+
+
+def api_checks(expect: HostVars, api: dict[str, dict[str, Any]]) -> list[Check]:
+    """Judge streamed chat completions through edge-llm-serve (edge_llm.fleet.api bench figures per model):
+    each served model answered, and decoded at the board type's speed as a client saw it."""
+    out: list[Check] = []
+    for m in expect.models:
+        fig = api.get(m.name)
+        if fig is None:
+            continue                    # not served on this board
+        name = f"api:{m.name}"
+        where = fig.get("endpoint") or "the serving API"
+        if fig.get("failed") or not fig.get("n"):
+            why = (fig.get("errors") or ["no answer"])[0]
+            out.append(Check(name, False, f"{where}: streamed chat completion failed ({why})", "smoke-failed"))
+            continue
+        dec, ttft = fig.get("median_decode_tok_s"), fig.get("median_ttft_s")
+        if dec is None:
+            out.append(Check(name, False, f"{where}: no decode rate (fewer than two streamed tokens)",
+                             "smoke-failed"))
+        elif below_floor(m, float(dec)):
+            out.append(Check(name, False, f"decode {dec} tok/s through {where} < {m.min_decode_tok_s}", "slow"))
+        else:
+            out.append(Check(name, True, f"decode {dec} tok/s, TTFT {ttft} s through {where}"))
+    return out
+
+
 def smoke_check(m: ModelVars, run: dict[str, Any]) -> tuple[Check, dict[str, Any]]:
     """Judge one smoke inference: exit status, figures vs floors, coherent text, log signatures."""
     name = f"smoke:{m.name}"
@@ -376,7 +407,7 @@ def smoke_check(m: ModelVars, run: dict[str, Any]) -> tuple[Check, dict[str, Any
     if not ok_text:
         return Check(name, False, f"incoherent output ({why}): {fig['text'][:60]!r}", "garbage"), fig
     dec, ttft = parsed["decode_tok_s"], parsed.get("ttft_s")
-    if m.min_decode_tok_s is not None and dec < m.min_decode_tok_s:
+    if below_floor(m, dec):
         key = "no-burst" if (m.runtime == "litert_lm" and ("Null Qualcomm options" in log or
                                                            "HtpPerformanceMode: 2" not in log
                                                            and "Set HTP performance mode: 2" not in log)) else "slow"

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from provisioner.fleet.api import run_fleet
 from tests.fleet.artserver import ArtifactServer
-from tests.fleet.simfleet import BoardSpec, build_fleet, can_run
+from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.ota import otafleet as of
 
 pytestmark = pytest.mark.skipif(can_run() is not None or not os.path.exists("/usr/bin/ostree"),
@@ -29,9 +30,10 @@ def _update(fleet, release, url, report, *more):
 @pytest.fixture(scope="module")
 def ota(tmp_path_factory):
     base = tmp_path_factory.mktemp("update-os")
-    specs = [BoardSpec("good-8275", "iq-8275-evk", vars=of.SIM_VARS),
+    specs = [BoardSpec("good-8275", "iq-8275-evk", vars={**of.SIM_VARS, "edge_llm_serve_port_base": free_port()}),
              BoardSpec("noboot-8275", "iq-8275-evk", faults=("ota-no-boot",), vars=of.SIM_VARS),
-             BoardSpec("badnpu-8275", "iq-8275-evk", faults=("ota-bad-npu",), vars=of.SIM_VARS),
+             BoardSpec("badnpu-8275", "iq-8275-evk", faults=("ota-bad-npu",),
+                       vars={**of.SIM_VARS, "edge_llm_serve_port_base": free_port()}),
              BoardSpec("cut-8275", "iq-8275-evk", faults=("ota-disconnect",), vars=of.SIM_VARS),
              BoardSpec("killed-8275", "iq-8275-evk", vars=of.SIM_VARS),
              # rolling order is the inventory's (sorted): the failing board's batch comes first
@@ -47,6 +49,11 @@ def ota(tmp_path_factory):
     of.publish(rel1, repo)
     assert f"static delta {c1[:12]} -> {c2[:12]}" in of.publish(rel2, repo)
     of.make_ota_boards(fleet, repo, c1)
+    # two boards serve their models (fleet launch enables the instance, so it starts again after the OTA
+    # reboot and the gate also goes through the API); the others were never launched
+    launch = run_fleet("launch", fleet.inventory, limit="good-8275,badnpu-8275", log_path=base / "launch.log")
+    assert {r.board: r.verdict for r in launch.rows} == {"good-8275": "pass", "badnpu-8275": "pass"}, \
+        [(r.board, r.reason) for r in launch.rows]
     server = ArtifactServer(repo)
     try:
         yield fleet, base, server, c1, c2, rel2
@@ -81,6 +88,11 @@ def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
     # the report says what the board pulled, as ostree counted it (KiB granularity)
     assert 0 < rows["good-8275"]["bytes_downloaded"] <= per_board + 1024
     assert rows["good-8275"]["details"]["update_os"]["outcome"] == "updated"
+    # the gate also streamed a completion through the serving API and judged it by the board type's floor
+    assert rows["good-8275"]["details"]["update_os"]["api"] == "ran"
+    api_checks = [c for c in rows["good-8275"]["checks"] if c["check"].startswith("api:")]
+    assert api_checks and all(c["ok"] and "through http://127.0.0.1:" in c["detail"] for c in api_checks)
+    assert rows["good-8275"]["api"] and all(a["median_decode_tok_s"] for a in rows["good-8275"]["api"].values())
 
 
 def test_rerun_on_updated_board_changes_and_transfers_nothing(ota):
@@ -102,6 +114,8 @@ def test_cut_pull_resumes_and_the_update_completes(ota):
     assert rows["cut-8275"]["verdict"] == "pass", rows["cut-8275"]
     assert (fleet.boards["cut-8275"].dir / "sysroot/.edge-llm-sim-disconnected").exists()    # the link was cut
     assert of.booted(fleet, "cut-8275") == c2
+    # nobody launched the service on this board: the API step is skipped and the report says so
+    assert rows["cut-8275"]["details"]["update_os"]["api"].startswith("skipped: no serving instance enabled")
 
 
 def test_max_fail_percentage_stops_the_rollout_before_the_next_batch(ota):
@@ -128,7 +142,7 @@ def test_killed_update_reruns_to_a_clean_deployment(ota):
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:     # kill the controller once the deployment is staged
-        if log.is_file() and "Arm boot counting" in log.read_text(errors="replace"):
+        if log.is_file() and "Reboot and wait for the board" in log.read_text(errors="replace"):
             os.killpg(proc.pid, signal.SIGKILL)
             break
         time.sleep(0.1)
@@ -141,3 +155,27 @@ def test_killed_update_reruns_to_a_clean_deployment(ota):
     assert of.deployments(fleet, "killed-8275") == sorted([c1, c2])      # one of each, nothing half-deployed
     assert not (fleet.boards["killed-8275"].dir / "sysroot/boot/edge-llm-ota-trial").exists()
     assert not list((fleet.boards["killed-8275"].dir / "sysroot/ostree/repo/state").glob("*.commitpartial"))
+
+
+def test_up_to_date_board_costs_one_task(ota):
+    """An up-to-date board is one board call (the ostree module's stage step finds nothing to do), so a
+    rerun over a fleet costs one task per board on the board, not one per ostree command (the old role
+    ran an assert, a shell probe, set_facts, skipped includes and a debug on each board). The role's
+    argument-spec check runs on the controller and never reaches the board."""
+    fleet, base, server, c1, c2, rel = ota
+    data = json.loads((rel / "release.json").read_text())
+    tasks: dict[str, list[str]] = {}
+
+    def count(event):
+        if event.get("event") == "host":
+            tasks.setdefault(event["host"], []).append(str(event.get("action")))
+
+    report = run_fleet("update-os", fleet.inventory, limit="good-8275", on_event=count,
+                       extra_vars={**of.SIM_VARS, "edge_llm_update_os_repo_url": server.url,
+                                   "edge_llm_update_os_branch": data["ota"]["branch"],
+                                   "edge_llm_update_os_commit": data["ota"]["commit"]})
+    assert of.booted(fleet, "good-8275") == c2
+    assert [r.verdict for r in report.rows] == ["pass"]
+    on_board = [a for a in tasks["good-8275"] if a != "ansible.builtin.validate_argument_spec"]
+    assert on_board == ["edge_llm.fleet.ostree"], tasks
+    assert len(tasks["good-8275"]) <= 2, tasks

@@ -1,0 +1,114 @@
+"""Controller side of edge_llm.fleet.update_os_gate: the health gate of fleet update-os in one task.
+
+After the reboot into the new OSTree deployment it asks the board (edge_llm.fleet.ostree mode=state)
+whether that deployment came up, runs the verify module once (identity, BUILD_ID, FastRPC, memlock,
+smoke inference; the same call reads whether each serving instance is enabled), and on a board whose
+instances fleet launch enabled, waits for /health and streams one chat completion through the
+serving API with edge_llm.fleet.api (which reads the board's token file itself). The rules live in
+provisioner.fleet.update_os / verdict; this plugin only moves data between them and the board.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+try:
+    from provisioner.contracts import inventory
+    from provisioner.fleet import update_os
+except ImportError as exc:
+    _MISSING = f"{exc}"
+else:
+    _MISSING = ""
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("expect", "commit", "sysroot", "trial_file", "api", "serve_bind", "serve_port_base",
+                             "health_retries", "health_delay", "health_timeout", "prompt", "max_tokens"))
+
+    def _module(self, name, args, task_vars):
+        return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+
+    def _wait_healthy(self, instances, task_vars, retries, delay, timeout):
+        """Models whose /health never answered 200 (the service starts at boot and loads its model)."""
+        waiting = list(instances)
+        for attempt in range(max(1, retries)):
+            if attempt:
+                time.sleep(delay)
+            still = []
+            for inst in waiting:
+                host = "127.0.0.1" if inst["bind"] in ("0.0.0.0", "::", "") else inst["bind"]
+                res = self._module("ansible.builtin.uri", {"url": f"http://{host}:{inst['port']}/health",
+                                                           "status_code": 200, "timeout": timeout}, task_vars)
+                if res.get("unreachable"):
+                    return None, res
+                if res.get("status") != 200:
+                    still.append(inst)
+            waiting = still
+            if not waiting:
+                break
+        return [i["model"] for i in waiting], None
+
+    def run(self, tmp=None, task_vars=None):
+        if _MISSING:
+            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
+                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        try:
+            expect = inventory.HostVars.from_vars(dict(args.get("expect") or {}))
+        except Exception as exc:  # ValueError, or a UserError from the catalog (unknown board id)
+            raise AnsibleActionFail(f"edge_llm_update_os_gate: {exc}") from exc
+        commit = str(args.get("commit") or "")
+        state = self._module("edge_llm.fleet.ostree", {"mode": "state", "commit": commit,
+                                                       "sysroot": args.get("sysroot") or "/sysroot",
+                                                       "trial_file": args.get("trial_file")}, task_vars)
+        if state.get("unreachable") or state.get("failed"):
+            return state
+        booted = (state.get("state") or {}).get("booted") or ""
+        result["changed"] = False
+        if booted != commit:
+            result.update(failed=True, msg=f"the new deployment {commit[:12]} did not boot; boot counting fell "
+                                           f"back to {booted[:12] or '(none)'}")
+            return result
+        raw = self._module("edge_llm.fleet.verify", {"spec": update_os.gate_spec(expect)}, task_vars)
+        if raw.get("unreachable"):
+            return raw
+        if raw.get("failed") or "probe" not in raw:
+            result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
+            return result
+        api, step = None, update_os.API_SKIPPED
+        serve = update_os.enabled_instances(expect, raw["probe"], bind=str(args.get("serve_bind") or "127.0.0.1"),
+                                            port_base=int(args.get("serve_port_base") or 8080))
+        if args.get("api", True) and serve["instances"]:
+            step = update_os.API_RAN
+            down, lost = self._wait_healthy(serve["instances"], task_vars, int(args.get("health_retries") or 30),
+                                            float(args.get("health_delay") or 2), int(args.get("health_timeout") or 5))
+            if lost:
+                return lost
+            api = {}
+            up = [i for i in serve["instances"] if i["model"] not in down]
+            for model in down:
+                api[model] = {"n": 0, "failed": 1, "errors": ["/health never answered 200 after the reboot"]}
+            if up:
+                bench = self._module("edge_llm.fleet.api", {
+                    "instances": up, "token_file": serve["token_file"], "mode": "bench", "runs": 1,
+                    "address": task_vars.get("ansible_host") or task_vars.get("inventory_hostname"),
+                    "prompt": args.get("prompt") or expect.prompt,
+                    "max_tokens": int(args.get("max_tokens") or expect.max_tokens)}, task_vars)
+                if bench.get("unreachable"):
+                    return bench
+                figures = ((bench.get("edge_llm") or {}).get("api")) or {}
+                for inst in up:
+                    api[inst["model"]] = figures.get(inst["model"]) or {
+                        "n": 0, "failed": 1, "errors": [str(bench.get("msg") or "no answer")[:200]]}
+        verdict = update_os.judge(expect, raw["probe"], api, step)
+        result["edge_llm"] = {"kind": "verify", **verdict}
+        if not verdict["ok"]:
+            result.update(failed=True, msg="; ".join(verdict["failures"]))
+        else:
+            result["msg"] = f"{len(verdict['checks'])} checks passed (serving API: {step})"
+        return result

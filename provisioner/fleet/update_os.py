@@ -1,0 +1,64 @@
+"""The update-os health gate's controller rules: what the board is asked, and how the answers are judged.
+
+The gate runs on the new deployment after the reboot: the board's OSTree state (did the new
+deployment come up), the checks of ``fleet verify`` (identity, BUILD_ID, FastRPC, memlock, a smoke
+inference at the board type's speed) and, on a board where ``fleet launch`` enabled the serving
+instances, a streamed chat completion through edge-llm-serve on the board's loopback judged by the
+same floor (:func:`provisioner.fleet.verdict.api_checks`). A board nobody launched has no enabled
+instance after the reboot (only an enabled instance starts at boot), so the API step is skipped
+and the report says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.contracts.inventory import HostVars
+from provisioner.fleet import probe as fleet_probe
+from provisioner.fleet import service, verdict
+
+#: systemctl show's property that says whether the instance starts at boot (systemctl(1) is-enabled)
+ENABLED_PROPERTY = "UnitFileState"
+ENABLED_STATES = ("enabled", "enabled-runtime")
+API_RAN = "ran"
+API_SKIPPED = "skipped: no serving instance enabled on the board (fleet launch not run)"
+
+
+def _enabled_key(model: str) -> str:
+    return f"enabled:{model}"
+
+
+def gate_spec(expect: HostVars) -> dict[str, Any]:
+    """verify's probe spec plus, per model, whether its service instance is enabled (same board call)."""
+    spec = fleet_probe.probe_spec(expect)
+    for inst_model in (m.name for m in expect.models):
+        spec["units_show"][_enabled_key(inst_model)] = [service.instance_unit(inst_model), ENABLED_PROPERTY]
+    return spec
+
+
+def enabled_instances(expect: HostVars, probe: dict[str, Any], *, bind: str,
+                      port_base: int) -> dict[str, Any]:
+    """The serving plan (edge_llm.fleet.serve_units) reduced to the instances enabled on the board."""
+    plan = service.units(expect, bind=bind, port_base=port_base)
+    shows = probe.get("units_show") or {}
+    on = [i for i in plan["instances"] if shows.get(_enabled_key(i["model"])) in ENABLED_STATES]
+    return {"instances": [{k: i[k] for k in ("model", "unit", "port", "bind")} for i in on],
+            "token_file": plan["token_file"]}
+
+
+def judge(expect: HostVars, probe: dict[str, Any], api: dict[str, Any] | None,
+          api_step: str) -> dict[str, Any]:
+    """verify's verdict with the API checks added: the gate's report row (kind verify) and its api step."""
+    result = verdict.evaluate(expect, probe)
+    if api is not None:
+        extra = verdict.api_checks(expect, api)
+        result["checks"] += [c.as_dict() for c in extra]
+        failed = [c for c in extra if not c.ok]
+        result["failures"] += [f"{c.name}: {c.detail}" for c in failed]
+        if failed:
+            result["ok"] = False
+            result["reason"] = "; ".join(x for x in (result["reason"], *(f"{c.name}: {c.detail}" for c in failed))
+                                         if x)
+        result["api"] = api
+    result["api_step"] = api_step
+    return result
