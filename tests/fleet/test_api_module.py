@@ -64,3 +64,49 @@ def test_probe_fails_an_api_that_answers_without_the_token(tmp_path, open_servic
     payload, problems = api.probe(module, open_service, api.read_token(str(token)))
     assert payload["endpoints"] == {"m": f"http://127.0.0.1:{open_service[0]['port']}/v1"}
     assert problems == ["m: GET /v1/models without a token answered 200, not 401"]
+
+
+class _FastStreamSlowRuntime(BaseHTTPRequestHandler):
+    """A service whose chunks reach the client at once, while the runtime it reports decoded at 4 tok/s
+    (a board that fell off the NPU behind a client that cannot tell, e.g. buffered output)."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.bodies.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in ("An ", "NPU ", "runs ", "neural ", "networks."):
+            self.wfile.write(b'data: {"choices": [{"delta": {"content": "%s"}}]}\n\n' % word.encode())
+        self.wfile.write(b'data: {"choices": [], "usage": {"completion_tokens": 5}, '
+                         b'"timing": {"decode_tok_s": 4.0}}\n\n')
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_the_api_gate_judges_the_runtimes_own_rate_too(tmp_path):
+    import json
+
+    from provisioner.contracts import inventory
+    from provisioner.fleet import verdict
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _FastStreamSlowRuntime)
+    srv.bodies = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        inst = [{"model": "m", "port": srv.server_address[1], "bind": "127.0.0.1"}]
+        client = _api().serve_client          # the collection's module_utils, as the module imports it
+        payload, problems = client.bench(inst, "t0ken", None, runs=1, prompt="hi", max_tokens=8, timeout=10)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert not problems
+    assert json.loads(srv.bodies[0])["stream_options"] == {"include_usage": True}
+    fig = payload["api"]["m"]
+    assert fig["median_runtime_decode_tok_s"] == 4.0
+    expect = inventory.HostVars.from_vars({"edge_llm_board": "iq-8275-evk", "edge_llm_models": [
+        {"name": "m", "kind": "litertlm", "qairt": "2.44.0.260225", "min_decode_tok_s": 10.0}]})
+    (check,) = verdict.api_checks(expect, payload["api"])
+    assert not check.ok and "decode 4.0 tok/s" in check.detail
