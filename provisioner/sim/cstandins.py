@@ -18,8 +18,6 @@ the compile command, so starting many boards compiles each variant once.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -28,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from provisioner.errors import SimError
-from provisioner.sim import runtime
+from provisioner.sim import runtime, systemctl
 
 SRC_DIR = Path(__file__).with_name("clib")
 LIBRARIES = {"liblitert_lm_c_api.so": "litert_lm.c", "libGenie.so": "genie.c"}
@@ -95,7 +93,7 @@ def program(name: str) -> Path:
     if dest.is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(dest.parent / ".lock"):
+    with systemctl.locked(dest.parent / ".lock"):
         if dest.is_file():
             return dest
         if shutil.which(cc) is None:
@@ -110,16 +108,6 @@ def program(name: str) -> Path:
             os.chmod(out, 0o755)
             os.replace(out, dest)
     return dest
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def library_bytes(name: str, qairt: str) -> bytes:

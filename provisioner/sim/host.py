@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes  # at module level: after the mounts the host's /root (maybe this stdlib) is hidden
-import fcntl
 import functools
 import hashlib
 import json
@@ -103,7 +102,7 @@ def controller_key(root: str | os.PathLike[str] | None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     key = d / "id_ed25519"
-    with _flock(d / ".lock"):
+    with systemctl.locked(d / ".lock"):
         if not key.is_file() or not key.with_suffix(".pub").is_file():
             for p in (key, key.with_suffix(".pub")):
                 p.unlink(missing_ok=True)
@@ -407,7 +406,7 @@ def _write_sshd_config(hd: Path, key: Path, rootfs: Path) -> None:
 
 def _add_known_host(root: Path, port: int, key: list[str]) -> None:
     kh = known_hosts(root)
-    with _flock(ssh_dir(root) / ".lock"):
+    with systemctl.locked(ssh_dir(root) / ".lock"):
         lines = []
         with contextlib.suppress(OSError):
             lines = [ln for ln in kh.read_text().splitlines() if not ln.startswith(f"[{SSH_HOST}]:{port} ")]
@@ -1076,17 +1075,6 @@ def mirror_download_mode(board: VirtualBoard, last: int | None) -> int | None:
             param.write_text(f"{want}\n")
         return want
     return cur
-
-
-@contextlib.contextmanager
-def _flock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 if __name__ == "__main__":

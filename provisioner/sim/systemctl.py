@@ -255,7 +255,7 @@ class Manager:
     def write_state(self, name: str, **fields: Any) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         path = self._state_path(name)
-        with _locked(self.state_dir / ".lock"):
+        with locked(self.state_dir / ".lock"):
             try:
                 st = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
@@ -541,7 +541,10 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def locked(path: Path):
+    """An exclusive flock on ``path`` (created with its folder) for the block: the one lock helper of the
+    simulator, on the boards (stdlib only) and on the host."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
