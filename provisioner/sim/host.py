@@ -282,10 +282,26 @@ def _alive_in_ns(info: dict[str, Any]) -> bool:
     return bool(pid) and _ns_inode(pid) == info.get("mntns")
 
 
-def _ns_pids(inode: int) -> list[int]:
+def _ns_pids(inode: int, board: VirtualBoard) -> list[int]:
+    """The processes in ``board``'s mount namespace ``inode``.
+
+    The kernel reuses a freed namespace's inode number for the next one, so a recorded inode alone may
+    name another board's namespace by now (its agent was killed and a new board started since): a
+    process counts only when its view of ``SIM_DIR/board`` is this board's folder (setup_namespace
+    binds it there), read through ``/proc/<pid>/root``, which resolves in that process's namespace."""
+    try:
+        mine = os.stat(board.dir)
+    except OSError:
+        return []
     out = []
     for d in os.listdir("/proc"):
-        if d.isdigit() and _ns_inode(int(d)) == inode:
+        if not d.isdigit() or _ns_inode(int(d)) != inode:
+            continue
+        try:
+            seen = os.stat(f"/proc/{d}/root{SIM_DIR}/board")
+        except OSError:
+            continue
+        if (seen.st_dev, seen.st_ino) == (mine.st_dev, mine.st_ino):
             out.append(int(d))
     return out
 
@@ -307,7 +323,7 @@ def _kill_ns(board: VirtualBoard) -> None:
         os.waitpid(pid, os.WNOHANG)       # reap it if we started it (no zombie left behind)
     if inode:
         for _ in range(50):
-            pids = _ns_pids(inode)
+            pids = _ns_pids(inode, board)
             if not pids:
                 break
             for p in pids:

@@ -310,3 +310,20 @@ def test_stop_leaves_nothing_behind_even_if_the_starter_was_killed(host_root):
     assert vb.reload().ssh is None
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(vb.dir) not in mounts
+
+
+def test_stopping_a_board_never_kills_another_board_that_got_its_namespace_number(boards):
+    """The kernel hands a freed mount namespace's inode number to the next namespace. A board whose
+    agent died long ago still has that number on record; stopping it must not kill whichever board's
+    namespace carries the number now (seen as a fleet-size start failing with `exit -9`)."""
+    gone = boards.start(serve_script=SLEEPER)
+    alive = boards.start(serve_script=SLEEPER)
+    info = json.loads((host.host_dir(gone) / "agent.json").read_text())
+    host.stop_host(gone)                                  # gone's namespace is freed
+    theirs = json.loads((host.host_dir(alive) / "agent.json").read_text())["mntns"]
+    stale = {**info, "mntns": theirs}                     # the number gone had, now alive's
+    (host.host_dir(gone) / "agent.json").write_text(json.dumps(stale))
+    host.stop_host(gone)
+    out = ssh(alive, "cat /sys/devices/soc0/machine")
+    assert out.returncode == 0 and out.stdout.strip() == "QCS8275", out.stderr
+    assert host.host_running(alive)
