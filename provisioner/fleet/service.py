@@ -74,6 +74,7 @@ def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.
             "dropin_path": f"{layout.SERVE_UNIT_DIR}/{unit}.d/{DROPIN_NAME}",
             "dropin": dropin_text(cfg["env"]),
             "health_url": f"http://{'127.0.0.1' if bind in ('0.0.0.0', '::') else bind}:{cfg['port']}/health",
+            "qairt": m.qairt, "meta_path": f"{layout.model_current(m.name)}/{layout.MODEL_META}",
         })
     return {"script_src": str(SERVE_SCRIPT), "script_dest": layout.SERVE_BIN,
             "unit_path": f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", "unit_text": unit_text(expect.serve_user),
@@ -111,4 +112,15 @@ def launch_spec(plan: dict[str, Any], *, user: str) -> dict[str, Any]:
     token = ({"path": plan["token_file"], "owner": user, "group": "root", "mode": "0600", "units": names}
              if plan.get("token_file") else None)
     instances = [{k: i[k] for k in ("model", "unit", "port", "bind", "health_url")} for i in plan["instances"]]
-    return {"dirs": dirs, "files": files, "token_file": token, "instances": instances}
+    return {"dirs": dirs, "files": files, "token_file": token, "instances": instances, "pins": pins(plan)}
+
+
+def pins(plan: dict[str, Any]) -> list[dict[str, str]]:
+    """What the board checks before a launch writes anything: the QAIRT each model's ``current`` version
+    was compiled for (its model.json, which ``fleet deploy`` writes) is the one the inventory pins.
+
+    The launch never follows the board silently and never undoes a deploy: a model that ``fleet deploy``
+    moved to another QAIRT makes the launch stop with one line naming the inventory's ``qairt`` to set
+    (``fleet verify`` flags the same mismatch), and the running instance is left as it is.
+    """
+    return [{"model": i["model"], "meta_path": i["meta_path"], "qairt": i["qairt"]} for i in plan["instances"]]

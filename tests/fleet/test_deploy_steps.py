@@ -79,3 +79,81 @@ def test_rollback_without_previous_and_with_a_failed_gate_leaves_current_alone()
                                       expects, health_gate=True)
     assert bad.ops == []
     assert bad.failures[0].startswith(f"health gate failed: {GEMMA} v1 not rolled back to, current stays on v2 (")
+
+
+# -- the launched instance after a switch: edge-llm-serve loads its model once, at start -----------------------
+OLD_Q, NEW_Q = "2.45.0.260326", "2.45.0.260401"
+OK_RUN = {"rc": 0, "stdout": "An NPU is a processor. It runs neural networks fast.", "stderr": "", "collected": {}}
+
+
+def _serve(qairt: str = OLD_Q) -> deploy_steps.Serve:
+    models = [dict(MODELS[0], qairt=qairt)]
+    return deploy_steps.Serve(deploy_steps.serve_expect(BOARD, {}, models), port_base=9100)
+
+
+def _launched(qairt: str) -> dict:
+    """The instance files `fleet launch` wrote for ``qairt`` (what call 1 reads back from the board)."""
+    inst = deploy_steps.instance_plan(_serve(), GEMMA, qairt)
+    from provisioner.fleet import service
+    return {"config": service.config_text(inst["config"]), "dropin": inst["dropin"]}
+
+
+def _index_install(version: str, qairt: str) -> dict:
+    inst = _install(version)
+    for m in inst["models"]:
+        m["qairt"] = m["meta"]["qairt"] = qairt
+    return inst
+
+
+def test_a_switch_on_a_launched_board_rewrites_the_instance_for_the_new_qairt_and_restarts_it():
+    inst = _index_install("v2", NEW_Q)
+    found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "", "run": OK_RUN,
+                     "instance": _launched(OLD_Q), "qairt": {"v1": OLD_Q}}}
+    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
+    ops = [o["op"] for o in steps.ops]
+    assert ops == ["write", "link", "link", "write", "write", "restart"], ops
+    config = json.loads(steps.ops[3]["content"])
+    assert steps.ops[3]["path"] == f"/etc/edge-llm/serve/{GEMMA}.json" and config["port"] == 9100
+    assert f"/opt/qairt/{NEW_Q}/" in config["env"]["LD_LIBRARY_PATH"] and OLD_Q not in json.dumps(config)
+    assert f"/opt/qairt/{NEW_Q}/" in steps.ops[4]["content"]                     # the drop-in too
+    restart = steps.ops[5]
+    assert restart["unit"] == f"edge-llm-serve@{GEMMA}.service" and restart["daemon_reload"]
+    assert restart["instance"]["health_url"] == "http://127.0.0.1:9100/health"
+
+
+def test_a_switch_on_a_board_without_the_instance_restarts_nothing_and_an_up_to_date_instance_gets_no_call():
+    inst = _index_install("v2", NEW_Q)
+    found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "", "run": OK_RUN,
+                     "instance": None}}
+    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
+    assert [o["op"] for o in steps.ops] == ["write", "link", "link"]
+    done = {GEMMA: {"installed": True, "committed": True, "old": "v2", "old_previous": "v1",
+                    "instance": _launched(NEW_Q)}}
+    assert deploy_steps.deploy_steps(inst, done, _expects(), health_gate=True, prune=True, serve=_serve()).ops == []
+    # a run that died between the switch and the restart: the rerun rewrites the stale config and restarts
+    stale = {GEMMA: dict(done[GEMMA], instance=_launched(OLD_Q))}
+    rerun = deploy_steps.deploy_steps(inst, stale, _expects(), health_gate=True, prune=True, serve=_serve())
+    assert [o["op"] for o in rerun.ops] == ["write", "write", "restart"]
+
+
+def test_rollback_gates_and_serves_previous_on_its_own_qairt():
+    serve = _serve(NEW_Q)                                     # the inventory still says what deploy brought
+    expects = {GEMMA: deploy_steps.gate_expect(BOARD, {}, MODELS, None, GEMMA, NEW_Q)}
+    args = deploy_steps.rollback_args(MODELS, expects, health_gate=True, serve=serve)
+    run = json.dumps(args["runs"][GEMMA])
+    assert deploy_steps.QAIRT_SLOT in run and NEW_Q not in run   # the board fills in previous's model.json QAIRT
+    assert args["models"][0]["default_qairt"] == NEW_Q
+    found = {GEMMA: {"current": "v2", "previous": "v1", "run": OK_RUN, "qairt": {"v1": OLD_Q, "v2": NEW_Q},
+                     "instance": _launched(NEW_Q)}}
+    steps = deploy_steps.rollback_steps(MODELS, found, expects, health_gate=False, serve=serve)
+    writes = [o for o in steps.ops if o["op"] == "write" and o["path"].endswith(".json") and "serve" in o["path"]]
+    assert len(writes) == 1 and f"/opt/qairt/{OLD_Q}/" in json.loads(writes[0]["content"])["env"]["LD_LIBRARY_PATH"]
+    assert steps.ops[-1]["op"] == "restart"
+
+
+def test_an_instance_that_does_not_come_back_is_reported_with_its_unit_and_health_url():
+    done = [{"op": "restart", "path": f"edge-llm-serve@{GEMMA}.service", "changed": True, "health": "HTTP 503",
+             "model": GEMMA, "version": "v2", "health_url": "http://127.0.0.1:9100/health"}]
+    assert deploy_steps.restart_failures(done, 30) == [
+        f"service failed after the switch: edge-llm-serve@{GEMMA}.service restarted onto {GEMMA} v2, "
+        "GET http://127.0.0.1:9100/health did not answer 200 after 30 attempts (HTTP 503)"]

@@ -5,10 +5,13 @@ directories, a version is health-gated and committed (`<version>.committed`) bef
 switches to it atomically with `previous` kept, a failed gate leaves `current` on the version that
 worked, and a second run on an up-to-date fleet changes nothing and transfers nothing. A controller
 that died after the `current` switch (current on an uncommitted version) is re-gated on the rerun.
+Both boards run `fleet launch`'s service from the start: edge-llm-serve loads its model once, so a
+switch must restart it onto the new version (and its QAIRT), and a later launch must not undo that.
 """
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import os
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from provisioner import catalog, layout
 from provisioner.artifacts.hashing import sha256_file
@@ -38,8 +42,9 @@ GEMMA_FILE = catalog.models()[GEMMA].file
 
 
 def _qairt_tarball(out: Path, version: str) -> Path:
-    """A QAIRT subset for both boards (stub libs carry the build id like the real ones)."""
-    from provisioner.sim import runtime
+    """A QAIRT subset for both boards (stub libs carry the build id like the real ones; libGenie.so is the
+    virtual boards' C-API stand-in, which edge-llm-serve binds once a deploy restarts it onto this QAIRT)."""
+    from provisioner.sim import cstandins, runtime
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -52,6 +57,8 @@ def _qairt_tarball(out: Path, version: str) -> Path:
                 seen.add(rel)
                 if rel.endswith("genie-t2t-run"):
                     data, mode = runtime.runtime_executable("genie-t2t-run").encode(), 0o755
+                elif Path(rel).name in cstandins.LIBRARIES:
+                    data, mode = cstandins.library_bytes(Path(rel).name, version), 0o755
                 else:
                     data, mode = runtime.stub_library(Path(rel).name, version), 0o755
                 info = tarfile.TarInfo(rel)
@@ -90,8 +97,12 @@ def add_nemotron(root: Path, version: str, qairt: str, **kw) -> str:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("fleet-deploy")
-    fleet = build_fleet(base / "sim", [BoardSpec("dep-8275", "iq-8275-evk"), BoardSpec("dep-9075", "iq-9075-evk")],
+    # the serve port in the inventory, where fleet launch and fleet deploy both read it
+    fleet = build_fleet(base / "sim", [BoardSpec(b, bid, vars={"edge_llm_serve_port_base": free_port()})
+                                       for b, bid in (("dep-8275", "iq-8275-evk"), ("dep-9075", "iq-9075-evk"))],
                         cache=base / "cache", base_index=100)
+    launched = run_fleet("launch", fleet.inventory)
+    assert all(r.verdict == "pass" for r in launched.rows), [r.reason for r in launched.rows]
     art = base / "artifacts"
     _qairt_tarball(art / "qairt" / f"{NEW_QAIRT}.tar.gz", NEW_QAIRT)
     versions = {GEMMA: add_gemma(art, n_dispatch_ops=3), NEMO: add_nemotron(art, "v2", NEW_QAIRT, part_size=8192)}
@@ -150,10 +161,54 @@ def previous(fleet, board: str, model: str) -> str | None:
 BOARD_MODEL = {"dep-8275": GEMMA, "dep-9075": NEMO}
 
 
+def serving(fleet, board: str, model: str) -> tuple[str, str, str]:
+    """(main PID, version directory it runs in, its LD_LIBRARY_PATH) of the model's running service."""
+    from provisioner.sim import host
+
+    unit = f"edge-llm-serve@{model}.service"
+    script = f"p=$(systemctl show -p MainPID --value {unit}); echo $p; readlink /proc/$p/cwd; cat /proc/$p/environ"
+    out = subprocess.run(host.ssh_argv(fleet.boards[board], "sh", "-c", f"'{script}'"), capture_output=True,
+                         text=True, timeout=60).stdout
+    pid, cwd, environ = ([*out.split("\n", 2), "", "", ""])[:3]
+    env = dict(e.partition("=")[::2] for e in environ.split("\0") if "=" in e)
+    return pid.strip(), os.path.basename(cwd.strip()), env.get("LD_LIBRARY_PATH", "")
+
+
+def api(fleet, board: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """One request to the board's service (loopback port from the inventory, token from fleet launch)."""
+    port = fleet.specs[board].vars["edge_llm_serve_port_base"]
+    token = (fleet.inventory.parent / ".edge-llm-tokens" / board).read_text().strip()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body else None,
+                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def assert_serves(fleet, board: str, model: str, version: str, qairt: str | None = None) -> None:
+    """The service answers through the API from ``version``'s directory (and QAIRT ``qairt``'s libraries)."""
+    _pid, cwd, ld = serving(fleet, board, model)
+    assert cwd == version, (board, cwd, version)
+    if qairt:
+        assert f"/opt/qairt/{qairt}/" in ld, ld
+    status, health = api(fleet, board, "GET", "/health")
+    assert status == 200 and health["model"] == model, health
+    status, out = api(fleet, board, "POST", "/v1/chat/completions",
+                      {"messages": [{"role": "user", "content": "Explain gravity in one short sentence."}],
+                       "max_tokens": 32})
+    assert status == 200 and out["choices"][0]["message"]["content"], out
+
+
 def test_deploy_check_run_then_real_then_idempotent(env):
     fleet, server, art, versions = env
     index = deploy_index.build_index(art, server.url)
     before = {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()}
+    for b, m in BOARD_MODEL.items():
+        assert_serves(fleet, b, m, before[b])                      # launched on the image's version
+    pids = {b: serving(fleet, b, m)[0] for b, m in BOARD_MODEL.items()}
 
     mark = server.mark()
     checked = deploy(fleet, index, dry_run=True)
@@ -162,6 +217,7 @@ def test_deploy_check_run_then_real_then_idempotent(env):
     assert server.since(mark) == []                               # ... and transfers nothing
     assert {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()} == before
     assert not any(committed(fleet, b, m, versions[m]) for b, m in BOARD_MODEL.items())
+    assert {b: serving(fleet, b, m)[0] for b, m in BOARD_MODEL.items()} == pids     # nothing restarted
 
     mark = server.mark()
     first = deploy(fleet, index)
@@ -175,6 +231,12 @@ def test_deploy_check_run_then_real_then_idempotent(env):
         assert committed(fleet, b, m, versions[m])                 # gated, then committed
         assert previous(fleet, b, m) == before[b]                  # the old version is kept
         assert (fleet.rootfs(b) / layout.model_version_dir(m, before[b]).lstrip("/")).is_dir()
+    # the running services were restarted onto the new versions; nemotron's on the QAIRT it now needs
+    assert_serves(fleet, "dep-8275", GEMMA, versions[GEMMA])
+    assert_serves(fleet, "dep-9075", NEMO, versions[NEMO], NEW_QAIRT)
+    config = json.loads((fleet.rootfs("dep-9075") / f"etc/edge-llm/serve/{NEMO}.json").read_text())
+    assert f"/opt/qairt/{NEW_QAIRT}/" in config["env"]["LD_LIBRARY_PATH"]
+    assert config["port"] == fleet.specs["dep-9075"].vars["edge_llm_serve_port_base"]
     qdir = fleet.rootfs("dep-9075") / layout.qairt_dir(NEW_QAIRT).lstrip("/")
     assert (qdir / "sdk.yaml").read_text() == f"qairt: {NEW_QAIRT}\n"
     assert not list((fleet.rootfs("dep-9075") / layout.QAIRT_ROOT.lstrip("/")).glob("*.partial"))
@@ -188,6 +250,25 @@ def test_deploy_check_run_then_real_then_idempotent(env):
     assert gate_statuses(events) == []                            # committed versions are not gated again
 
 
+def test_launch_after_a_deploy_to_another_qairt_keeps_the_new_version_serving(env):
+    """The inventory still pins nemotron's old QAIRT: launch says which qairt to set and touches nothing;
+    with the inventory updated it finds the board as deploy left it (same rule, nothing to write)."""
+    fleet, _server, _art, versions = env
+    pid = serving(fleet, "dep-9075", NEMO)[0]
+    again = run_fleet("launch", fleet.inventory)
+    row = again.row("dep-9075")
+    assert row.verdict != "pass" and f'set qairt: "{NEW_QAIRT}" for {NEMO}' in row.reason, row.reason
+    assert again.row("dep-8275").verdict == "pass" and again.row("dep-8275").changed == 0
+    assert serving(fleet, "dep-9075", NEMO)[0] == pid                  # not restarted onto the old QAIRT
+    assert_serves(fleet, "dep-9075", NEMO, versions[NEMO], NEW_QAIRT)
+    group = yaml.safe_load((Path(__file__).parents[2] / "playbooks/group_vars/iq_9075_evk.yml").read_text())
+    models = [dict(m, qairt=NEW_QAIRT) if m["name"] == NEMO else m for m in group["edge_llm_models"]]
+    updated = run_fleet("launch", fleet.inventory, limit="dep-9075", extra_vars={"edge_llm_models": models})
+    assert updated.row("dep-9075").verdict == "pass" and updated.row("dep-9075").changed == 0, \
+        (updated.row("dep-9075").reason, updated.row("dep-9075").changed)
+    assert serving(fleet, "dep-9075", NEMO)[0] == pid
+
+
 def test_rollback_swaps_current_and_previous(env):
     fleet, _server, _art, versions = env
     old = {b: previous(fleet, b, m) for b, m in BOARD_MODEL.items()}
@@ -197,6 +278,9 @@ def test_rollback_swaps_current_and_previous(env):
     for b, m in BOARD_MODEL.items():
         assert current(fleet, b, m) == old[b]
         assert previous(fleet, b, m) == versions[m]                # and the rolled-back one is kept
+    # the services run the previous versions again, nemotron on its own (the image's) QAIRT
+    assert_serves(fleet, "dep-8275", GEMMA, old["dep-8275"])
+    assert_serves(fleet, "dep-9075", NEMO, old["dep-9075"], catalog.models()[NEMO].qairt)
 
 
 def test_deploy_and_rollback_cost_one_task_per_board(env, tmp_path):
@@ -379,8 +463,7 @@ def test_failed_first_install_leaves_no_current_and_the_service_stopped(env, tmp
     fleet, server, _, _versions = env
     board = fleet.boards["dep-8275"]
     unit = f"edge-llm-serve@{GEMMA}.service"
-    launched = run_fleet("launch", fleet.inventory, limit="dep-8275",
-                         extra_args=[f"edge_llm_serve_port_base={free_port()}"])
+    launched = run_fleet("launch", fleet.inventory, limit="dep-8275")
     assert launched.row("dep-8275").verdict == "pass", launched.row("dep-8275").reason
     for link in ("current", deploy_index.PREVIOUS):         # the model was never on this board
         (fleet.rootfs("dep-8275") / f"{layout.model_dir(GEMMA)}/{link}".lstrip("/")).unlink()

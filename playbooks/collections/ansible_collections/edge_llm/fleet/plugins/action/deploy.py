@@ -1,8 +1,9 @@
 """Controller side of edge_llm.fleet.deploy: one board module call, the gate verdicts, at most one more call.
 
 All rules (the install plan, the gate's expectations and verdict, commit/switch/prune/fallback
-steps) are in provisioner.fleet (deploy_index, deploy_steps, verdict); this plugin only moves
-data between them and the board module of the same name.
+steps, the rewrite and restart of a launched instance after a switch) are in provisioner.fleet
+(deploy_index, deploy_steps, service, verdict); this plugin only moves data between them and the
+board module of the same name.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ MODULE = "edge_llm.fleet.deploy"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("mode", "install", "board", "board_facts", "models", "health_gate", "prune", "prompt"))
+    _VALID_ARGS = frozenset(("mode", "install", "board", "board_facts", "models", "health_gate", "prune", "prompt",
+                             "serve_bind", "serve_port_base", "health_retries", "health_delay", "health_timeout"))
 
     def run(self, tmp=None, task_vars=None):
         if _MISSING:
@@ -44,22 +46,28 @@ class ActionModule(ActionBase):
             names = list(qairt) if mode == "deploy" else [m["name"] for m in models]
             expects = {n: deploy_steps.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
                                                    args.get("prompt"), n, qairt.get(n)) for n in names}
+            serve = deploy_steps.Serve(
+                deploy_steps.serve_expect(str(args.get("board") or ""), args.get("board_facts"), models),
+                **({"bind": str(args["serve_bind"])} if args.get("serve_bind") else {}),
+                **({"port_base": int(args["serve_port_base"])} if args.get("serve_port_base") else {}),
+                health={"retries": int(args.get("health_retries", 30)), "delay": float(args.get("health_delay", 1)),
+                        "timeout": float(args.get("health_timeout", 5))})
         except Exception as exc:  # ValueError/UserError from the inventory contract or the catalog
             raise AnsibleActionFail(f"edge_llm_deploy: {exc}") from exc
         try:
             return self._run(result, task_vars, mode, install, models, expects, gate,
-                             boolean(args.get("prune", True), strict=False))
+                             boolean(args.get("prune", True), strict=False), serve)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
     def _call(self, module_args, task_vars):
         return self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
 
-    def _run(self, result, task_vars, mode, install, models, expects, gate, prune):
+    def _run(self, result, task_vars, mode, install, models, expects, gate, prune, serve):
         if mode == "deploy":
-            first = self._call(deploy_steps.install_args(install, expects, health_gate=gate), task_vars)
+            first = self._call(deploy_steps.install_args(install, expects, health_gate=gate, serve=serve), task_vars)
         else:
-            first = self._call(deploy_steps.rollback_args(models, expects, health_gate=gate), task_vars)
+            first = self._call(deploy_steps.rollback_args(models, expects, health_gate=gate, serve=serve), task_vars)
         if first.get("unreachable"):
             return first
         if first.get("failed") or "found" not in first:
@@ -73,9 +81,9 @@ class ActionModule(ActionBase):
             result["msg"] = "would change this board" if result["changed"] else "up to date"
             return result
         if mode == "deploy":
-            steps = deploy_steps.deploy_steps(install, found, expects, health_gate=gate, prune=prune)
+            steps = deploy_steps.deploy_steps(install, found, expects, health_gate=gate, prune=prune, serve=serve)
         else:
-            steps = deploy_steps.rollback_steps(models, found, expects, health_gate=gate)
+            steps = deploy_steps.rollback_steps(models, found, expects, health_gate=gate, serve=serve)
         changed = bool(first.get("changed"))
         done = []
         if steps.ops:
@@ -87,7 +95,8 @@ class ActionModule(ActionBase):
                 return result
             changed = changed or bool(second.get("changed"))
             done = second.get("done") or []
-        failures = ([first["error"]] if first.get("error") else []) + steps.failures
+        failures = (([first["error"]] if first.get("error") else []) + steps.failures
+                    + deploy_steps.restart_failures(done, serve.health["retries"]))
         result["changed"] = changed
         result["edge_llm"] = {"kind": mode, "ok": not failures, "models": steps.models,
                               "trees": first.get("trees", []), "done": done, "failures": failures}

@@ -3,7 +3,8 @@
 
 The controller (action plugin of the same name, provisioner.fleet.deploy_steps) computes the plan
 and judges the smoke runs; this module executes and reports facts, so a board costs one module call
-when it is up to date and two when something changes.
+when it is up to date and two when something changes. edge-llm-serve loads its model once, at start:
+after a switch, call 2 rewrites the instance's config the controller planned and try-restarts it.
 """
 
 from __future__ import annotations
@@ -47,9 +48,13 @@ options:
     type: str
     default: model.json
   ops:
-    description: Steps for O(mode=apply) (write, link, unlink, stop, prune).
+    description: Steps for O(mode=apply) (write, link, unlink, stop, prune, restart).
     type: list
     elements: dict
+  qairt_slot:
+    description: What stands for previous's QAIRT in O(mode=rollback)'s smoke run (provisioner.fleet.deploy_steps).
+    type: str
+    default: "{qairt}"
   reserve_mb:
     description: Free space to keep on the filesystem besides each download.
     type: int
@@ -75,7 +80,8 @@ trees:
   returned: mode=install
   type: list
 found:
-  description: Per model - installed, committed, old (current), old_previous, run (smoke result) or error.
+  description: Per model - installed, committed, old (current), old_previous, run (smoke result) or error,
+    qairt (per version, from its model.json), instance (config and drop-in text of a launched instance).
   returned: mode=install, mode=rollback
   type: dict
 bytes_downloaded:
@@ -94,6 +100,7 @@ import tarfile  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edge_llm.fleet.plugins.module_utils.fetch import Failed, fetch_one  # noqa: E402
 from ansible_collections.edge_llm.fleet.plugins.module_utils.probe import run_one  # noqa: E402
+from ansible_collections.edge_llm.fleet.plugins.module_utils.serve_client import wait_healthy  # noqa: E402
 
 # what systemctl says for a unit that is not installed (nothing to stop)
 NO_UNIT = re.compile(r"not loaded|does not exist|not found|No such file")
@@ -107,7 +114,49 @@ def link_target(path):
         return ""
 
 
+def read_small(path, limit=1 << 20):
+    """Text of a small file, or None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read(limit)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def version_qairt(directory, versions, meta_name):
+    """{version: QAIRT its model.json names} for the versions that have one."""
+    out = {}
+    for v in versions:
+        try:
+            q = json.loads(read_small(os.path.join(directory, v, meta_name)) or "{}").get("qairt")
+        except (ValueError, AttributeError):
+            q = None
+        if v and q:
+            out[v] = str(q)
+    return out
+
+
+def instance_files(inst):
+    """Config and drop-in of the instance fleet launch wrote, or None when it never launched this model."""
+    if not inst:
+        return None
+    config = read_small(inst["config_path"])
+    return None if config is None else {"config": config, "dropin": read_small(inst["dropin_path"])}
+
+
+def fill(value, slot, text):
+    """``value`` with every ``slot`` in its strings replaced by ``text`` (lists and dicts, keys included)."""
+    if isinstance(value, str):
+        return value.replace(slot, text)
+    if isinstance(value, list):
+        return [fill(v, slot, text) for v in value]
+    if isinstance(value, dict):
+        return {fill(k, slot, text): fill(v, slot, text) for k, v in value.items()}
+    return value
+
+
 def atomic_write(path, text):
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
     tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -208,6 +257,8 @@ def do_install(p, check_mode):
             out["bytes_downloaded"] += got
             info = {"installed": not changed, "committed": os.path.isfile(m["committed"]),
                     "old": link_target(m["current"]), "old_previous": link_target(m["previous"])}
+            info["qairt"] = version_qairt(m["dir"], (info["old"], info["old_previous"]), p["meta_name"])
+            info["instance"] = instance_files(m.get("instance"))
             # check mode: say what call 2 would do too (commit, switch); otherwise only what this call did
             out["changed"] |= check_mode and (not info["committed"] or info["old"] != m["version"])
             run = (p["runs"] or {}).get(m["name"])
@@ -226,10 +277,15 @@ def do_rollback(p, check_mode):
     for m in p["models"] or []:
         info = {"current": link_target(m["current"]),
                 "previous": link_target(m["previous"]) if os.path.islink(m["previous"]) else ""}
+        info["qairt"] = version_qairt(m.get("dir") or os.path.dirname(m["current"]),
+                                      (info["current"], info["previous"]), p["meta_name"])
+        info["instance"] = instance_files(m.get("instance"))
         out["changed"] |= check_mode and bool(info["previous"])     # the swap is call 2's
         run = (p["runs"] or {}).get(m["name"])
         if info["previous"] and run is not None and not check_mode:
-            info["run"] = run_one(run)
+            # previous runs on its own QAIRT (its model.json), the inventory's when it names none
+            qairt = info["qairt"].get(info["previous"]) or m.get("default_qairt") or ""
+            info["run"] = run_one(fill(run, p["qairt_slot"], qairt))
         out["found"][m["name"]] = info
     return out
 
@@ -244,6 +300,42 @@ def stop_unit(unit):
             raise OSError(0, f"systemctl {verb}: {exc}", unit) from exc
         if proc.returncode != 0 and not NO_UNIT.search(proc.stderr):
             raise OSError(0, f"systemctl {verb} failed: {proc.stderr.strip()[-300:]}", unit)
+
+
+def unit_running(unit):
+    """Whether systemd runs ``unit`` now (try-restart restarts only such a unit)."""
+    exe = shutil.which("systemctl") or "/bin/systemctl"
+    try:
+        proc = subprocess.run([exe, "is-active", unit], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.stdout.strip() in ("active", "activating", "reloading")
+
+
+def systemctl_run(*args):
+    exe = shutil.which("systemctl") or "/bin/systemctl"
+    try:
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=180, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OSError(0, f"systemctl {args[0]}: {exc}", args[-1]) from exc
+    if proc.returncode != 0:
+        raise OSError(0, f"systemctl {args[0]} failed: {(proc.stderr or proc.stdout).strip()[-300:]}", args[-1])
+
+
+def restart(op):
+    """try-restart a running instance onto what its config now names, then wait for GET /health 200.
+
+    An instance that is not running stays stopped (its files are already rewritten for the next start);
+    the health outcome is a fact for the controller to judge, not a module failure.
+    """
+    if op.get("daemon_reload"):
+        systemctl_run("daemon-reload")
+    running = unit_running(op["unit"])
+    if not running:
+        return {"changed": False, "running": False, "health": None}
+    systemctl_run("try-restart", op["unit"])
+    last = wait_healthy(op["instance"], op.get("retries", 30), op.get("delay", 1), op.get("timeout", 5))
+    return {"changed": True, "running": True, "health": last}
 
 
 def prune(directory, keep, suffix):
@@ -281,6 +373,13 @@ def do_apply(ops):
         elif kind == "prune":
             op = dict(op, removed=prune(op["dir"], set(op["keep"]), op["suffix"]))
             changed = bool(op["removed"])
+        elif kind == "restart":
+            got = restart(op)
+            changed = got["changed"]
+            done.append({"op": kind, "path": op["unit"], "changed": changed, "running": got["running"],
+                         "health": got["health"], "model": op.get("model"), "version": op.get("version"),
+                         "health_url": op["instance"].get("health_url")})
+            continue
         else:
             raise OSError(0, f"unknown step {kind!r}", kind)
         done.append({"op": kind, "path": op.get("path") or op.get("unit") or op.get("dir"), "changed": changed,
@@ -297,6 +396,7 @@ def main():
                        "artifact_mark": {"type": "str", "default": ".edge-llm-artifact.json"},
                        "meta_name": {"type": "str", "default": "model.json"},
                        "ops": {"type": "list", "elements": "dict"},
+                       "qairt_slot": {"type": "str", "default": "{qairt}"},
                        "reserve_mb": {"type": "int", "default": 64},
                        "timeout": {"type": "int", "default": 60}},
         supports_check_mode=True,

@@ -19,6 +19,9 @@ description:
     changed, restarts each instance one of whose inputs changed (starts it if it was not running; never start
     then restart), enables it, waits until GET /health answers 200 and checks that the API accepts the board's
     token and refuses a request without it.
+  - First, for each entry of O(pins), it compares the QAIRT the model's current C(model.json) names with the
+    inventory's; a difference (fleet deploy moved the model to another QAIRT) fails with one line and writes,
+    restarts and starts nothing.
   - In check mode it reports what it would write and which instances it would start or restart, and touches nothing.
   - Normally called through the action plugin of the same name, which builds every option on the controller.
 options:
@@ -47,6 +50,11 @@ options:
     type: list
     elements: dict
     required: true
+  pins:
+    description: Per model {model, meta_path, qairt} - the QAIRT the inventory pins and where current's model.json is.
+    type: list
+    elements: dict
+    default: []
   enabled:
     description: Enable the instances at boot (false disables them).
     type: bool
@@ -85,6 +93,7 @@ edge_llm:
 """
 
 import grp  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import pwd  # noqa: E402
 import stat  # noqa: E402
@@ -184,6 +193,24 @@ def systemctl_do(module, systemctl, verb, units):
                          changed=True)
 
 
+def pin_problems(pins):
+    """One line per model whose current version (its model.json) names another QAIRT than the inventory."""
+    problems = []
+    for pin in pins:
+        try:
+            with open(str(pin["meta_path"]), encoding="utf-8") as fh:
+                meta = json.load(fh)
+        except (OSError, ValueError):
+            continue            # no version installed yet (or no model.json): nothing to disagree with
+        have = str(meta.get("qairt") or "").strip() if isinstance(meta, dict) else ""
+        if have and have != str(pin["qairt"]):
+            version = meta.get("version") or os.path.basename(os.path.dirname(os.path.realpath(pin["meta_path"])))
+            problems.append(f"{pin['model']}: current ({version}) is built for QAIRT {have} (fleet deploy put it "
+                            f"there), the inventory pins {pin['qairt']} -> set qairt: \"{have}\" for {pin['model']} "
+                            f"in edge_llm_models, then rerun fleet launch")
+    return problems
+
+
 def main():
     module = AnsibleModule(argument_spec={
         "dirs": {"type": "list", "elements": "dict", "default": []},
@@ -191,6 +218,7 @@ def main():
         "token": {"type": "str", "required": False, "no_log": True},
         "token_file": {"type": "dict", "required": False, "no_log": False},
         "instances": {"type": "list", "elements": "dict", "required": True},
+        "pins": {"type": "list", "elements": "dict", "default": []},
         "enabled": {"type": "bool", "default": True},
         "health_retries": {"type": "int", "default": 30},
         "health_delay": {"type": "float", "default": 1},
@@ -202,6 +230,10 @@ def main():
     p, check = module.params, module.check_mode
     instances = p["instances"]
     units = [str(i["unit"]) for i in instances]
+    problems = pin_problems(p["pins"])
+    if problems:
+        module.fail_json(msg="; ".join(problems), changed=False,
+                         invocation={"module_args": {"instances": units}})
 
     changed_dirs = [str(d["path"]) for d in p["dirs"] if ensure_dir(d, check)]
     written, reload, touched = [], False, set()
