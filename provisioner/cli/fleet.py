@@ -42,7 +42,9 @@ class Progress:
             self.rep.info(f"[dim]{time.monotonic() - self.started:6.1f}s[/] [bold]{self.task}[/]")
         elif kind == "host":
             status, h = ev.get("status"), ev.get("host")
-            payload = ev.get("edge_llm") or {}
+            from provisioner.fleet.runner import payloads_of  # lazy like the rest: `--help` stays quick
+
+            payload = next(iter(payloads_of(ev)), {})
             if status in ("failed", "unreachable") and not ev.get("ignored"):
                 msg = " ".join(str(ev.get("msg") or "").split())[:200]
                 self.rep.info(f"  [red]{status:11}[/] {h}: {msg}")

@@ -42,6 +42,13 @@ SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=300s -o ServerAliveInterval=
 CALLBACK = "edge_llm.fleet.events"
 
 
+def payloads_of(event: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``edge_llm`` payloads of one task result: a dict, or a list when one task did two things
+    (the update-os gate judges the board and commits the deployment in the same task)."""
+    raw = event.get("edge_llm")
+    return [p for p in (raw if isinstance(raw, list) else [raw]) if isinstance(p, dict)]
+
+
 @dataclass
 class HostOutcome:
     """What happened to one board in one playbook run."""
@@ -200,9 +207,7 @@ class EventCollector:
             if event.get("changed"):
                 o.changed += 1
             o.bytes_downloaded += int(event.get("bytes_downloaded") or 0)
-            payload = event.get("edge_llm")
-            if isinstance(payload, dict):
-                o.payloads.append(payload)
+            o.payloads.extend(payloads_of(event))
             if status == "unreachable":
                 o.status = "unreachable"
                 o.msg = event.get("msg") or "unreachable"

@@ -10,8 +10,6 @@ provisioner.fleet.update_os / verdict; this plugin only moves data between them 
 
 from __future__ import annotations
 
-import time
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
@@ -32,26 +30,6 @@ class ActionModule(ActionBase):
     def _module(self, name, args, task_vars):
         return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
 
-    def _wait_healthy(self, instances, task_vars, retries, delay, timeout):
-        """Models whose /health never answered 200 (the service starts at boot and loads its model)."""
-        waiting = list(instances)
-        for attempt in range(max(1, retries)):
-            if attempt:
-                time.sleep(delay)
-            still = []
-            for inst in waiting:
-                host = "127.0.0.1" if inst["bind"] in ("0.0.0.0", "::", "") else inst["bind"]
-                res = self._module("ansible.builtin.uri", {"url": f"http://{host}:{inst['port']}/health",
-                                                           "status_code": 200, "timeout": timeout}, task_vars)
-                if res.get("unreachable"):
-                    return None, res
-                if res.get("status") != 200:
-                    still.append(inst)
-            waiting = still
-            if not waiting:
-                break
-        return [i["model"] for i in waiting], None
-
     def run(self, tmp=None, task_vars=None):
         if _MISSING:
             raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
@@ -63,8 +41,9 @@ class ActionModule(ActionBase):
         except Exception as exc:  # ValueError, or a UserError from the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_update_os_gate: {exc}") from exc
         commit = str(args.get("commit") or "")
+        sysroot = args.get("sysroot") or "/sysroot"
         state = self._module("edge_llm.fleet.ostree", {"mode": "state", "commit": commit,
-                                                       "sysroot": args.get("sysroot") or "/sysroot",
+                                                       "sysroot": sysroot,
                                                        "trial_file": args.get("trial_file")}, task_vars)
         if state.get("unreachable") or state.get("failed"):
             return state
@@ -85,30 +64,36 @@ class ActionModule(ActionBase):
                                             port_base=int(args.get("serve_port_base") or 8080))
         if args.get("api", True) and serve["instances"]:
             step = update_os.API_RAN
-            down, lost = self._wait_healthy(serve["instances"], task_vars, int(args.get("health_retries") or 30),
-                                            float(args.get("health_delay") or 2), int(args.get("health_timeout") or 5))
-            if lost:
-                return lost
-            api = {}
-            up = [i for i in serve["instances"] if i["model"] not in down]
-            for model in down:
-                api[model] = {"n": 0, "failed": 1, "errors": ["/health never answered 200 after the reboot"]}
-            if up:
-                bench = self._module("edge_llm.fleet.api", {
-                    "instances": up, "token_file": serve["token_file"], "mode": "bench", "runs": 1,
-                    "address": task_vars.get("ansible_host") or task_vars.get("inventory_hostname"),
-                    "prompt": args.get("prompt") or expect.prompt,
-                    "max_tokens": int(args.get("max_tokens") or expect.max_tokens)}, task_vars)
-                if bench.get("unreachable"):
-                    return bench
-                figures = ((bench.get("edge_llm") or {}).get("api")) or {}
-                for inst in up:
-                    api[inst["model"]] = figures.get(inst["model"]) or {
-                        "n": 0, "failed": 1, "errors": [str(bench.get("msg") or "no answer")[:200]]}
+            # one call: the module waits for each instance's /health (the service starts at boot and loads
+            # its model), then streams a chat completion; the token is read on the board, never an argument
+            bench = self._module("edge_llm.fleet.api", {
+                "instances": serve["instances"], "token_file": serve["token_file"], "mode": "bench", "runs": 1,
+                "address": task_vars.get("ansible_host") or task_vars.get("inventory_hostname"),
+                "prompt": args.get("prompt") or expect.prompt,
+                "max_tokens": int(args.get("max_tokens") or expect.max_tokens),
+                "health_retries": int(args.get("health_retries") or 30),
+                "health_delay": float(args.get("health_delay") or 2),
+                "health_timeout": float(args.get("health_timeout") or 5)}, task_vars)
+            if bench.get("unreachable"):
+                return bench
+            figures = ((bench.get("edge_llm") or {}).get("api")) or {}
+            none = {"n": 0, "failed": 1, "errors": [str(bench.get("msg") or "no answer")[:200]]}
+            api = {i["model"]: figures.get(i["model"]) or none for i in serve["instances"]}
         verdict = update_os.judge(expect, raw["probe"], api, step)
         result["edge_llm"] = {"kind": "verify", **verdict}
         if not verdict["ok"]:
             result.update(failed=True, msg="; ".join(verdict["failures"]))
-        else:
-            result["msg"] = f"{len(verdict['checks'])} checks passed (serving API: {step})"
+            return result
+        # passed: commit in the same task (disarm boot counting), so a healthy board costs no extra task
+        done = self._module("edge_llm.fleet.ostree", {"mode": "commit", "commit": commit, "sysroot": sysroot,
+                                                      "trial_file": args.get("trial_file")}, task_vars)
+        if done.get("unreachable"):
+            return done
+        if done.get("failed"):
+            result.update(failed=True, msg=f"health gate passed, but committing the deployment failed: "
+                                           f"{done.get('msg') or done}")
+            return result
+        result["changed"] = bool(done.get("changed"))
+        result["edge_llm"] = [result["edge_llm"], done.get("edge_llm") or {"kind": "update-os", "outcome": "updated"}]
+        result["msg"] = f"{len(verdict['checks'])} checks passed (serving API: {step}); deployment committed"
         return result

@@ -52,6 +52,18 @@ options:
     type: int
     default: 120
     description: Seconds per request.
+  health_retries:
+    type: int
+    default: 0
+    description: O(mode=bench) first polls GET /health up to this many times per instance (0 = no wait).
+  health_delay:
+    type: float
+    default: 2
+    description: Seconds between /health polls.
+  health_timeout:
+    type: float
+    default: 5
+    description: Seconds per /health poll.
 author: edge-llm provisioner
 """
 
@@ -87,8 +99,24 @@ def probe(module, instances, token):
 
 
 def bench(module, instances, token):
+    """Streamed requests per instance. With O(health_retries), first wait (bounded) for each instance's
+    GET /health 200 -- a service that just booted is still loading its model -- and report one that never
+    answered as failed, so a caller needs no separate wait task per board."""
     p = module.params
-    return serve_client.bench(instances, token, p["address"], p["runs"], p["prompt"], p["max_tokens"], p["timeout"])
+    up, down = [], {}
+    for inst in instances:
+        why = serve_client.wait_healthy(inst, p["health_retries"], p["health_delay"], p["health_timeout"]) \
+            if p["health_retries"] else None
+        if why is None:
+            up.append(inst)
+        else:
+            down[str(inst["model"])] = why
+    payload, problems = serve_client.bench(up, token, p["address"], p["runs"], p["prompt"], p["max_tokens"],
+                                           p["timeout"]) if up else ({"kind": "api_benchmark", "api": {}}, [])
+    for model, why in down.items():
+        payload["api"][model] = {"n": 0, "failed": 1, "errors": [f"GET /health never answered 200 ({why})"]}
+        problems.append(f"{model}: GET /health never answered 200 ({why})")
+    return payload, problems
 
 
 def main():
@@ -101,6 +129,9 @@ def main():
         "prompt": {"type": "str", "default": "Explain in two sentences what an NPU is."},
         "max_tokens": {"type": "int", "default": 64},
         "timeout": {"type": "int", "default": 120},
+        "health_retries": {"type": "int", "default": 0},
+        "health_delay": {"type": "float", "default": 2},
+        "health_timeout": {"type": "float", "default": 5},
     }, supports_check_mode=True)
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")
