@@ -15,19 +15,9 @@ import os
 import tempfile
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
-# The rules live in the provisioner package, which this collection declares (requirements.txt)
-# instead of reaching into a checkout: the built collection runs on any controller that has it.
-try:
-    from provisioner.contracts import inventory
-    from provisioner.fleet import probe as fleet_probe
-    from provisioner.fleet import service
-    from provisioner.fleet import verdict as fleet_verdict
-except ImportError as exc:
-    _MISSING = f"{exc}"
-else:
-    _MISSING = ""
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, service
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import probe as fleet_probe
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import verdict as fleet_verdict
 
 
 def save(directory: str, host: str, payload: dict) -> str:
@@ -47,15 +37,11 @@ def save(directory: str, host: str, payload: dict) -> str:
     return path
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("expect", "runs", "prompt", "max_tokens", "api", "bind", "port_base", "address",
                              "timeout", "dir"))
 
     def run(self, tmp=None, task_vars=None):
-        if _MISSING:
-            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
-                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = self._task.args
@@ -72,16 +58,12 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
         for run in spec["runs"].values():
             run["repeat"] = runs
-        raw = self._execute_module(module_name="edge_llm.fleet.verify", module_args={"spec": spec},
-                                   task_vars=task_vars)
-        if raw.get("unreachable"):
-            return raw
-        if raw.get("failed") or "probe" not in raw:
-            result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
-            return result
-        payload = fleet_verdict.evaluate(expect, raw["probe"], smoke_only=True)
+        found, stop = self._probe(spec, task_vars, result)
+        if stop is not None:
+            return stop
+        payload = fleet_verdict.evaluate(expect, found, smoke_only=True)
         payload["kind"] = "benchmark"
-        payload["benchmark"] = fleet_verdict.benchmark_summary(expect, raw["probe"].get("repeats") or {})
+        payload["benchmark"] = fleet_verdict.benchmark_summary(expect, found.get("repeats") or {})
         payload["api"] = {}
         result["changed"] = False
         problems = list(payload["failures"]) if not payload["ok"] else []

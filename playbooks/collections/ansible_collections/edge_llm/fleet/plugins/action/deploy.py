@@ -10,29 +10,16 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
-
-# The rules live in the provisioner package, which this collection declares (requirements.txt)
-# instead of reaching into a checkout: the built collection runs on any controller that has it.
-try:
-    from provisioner.fleet import deploy_steps
-except ImportError as exc:
-    _MISSING = f"{exc}"
-else:
-    _MISSING = ""
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, deploy_steps
 
 MODULE = "edge_llm.fleet.deploy"
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("mode", "install", "board", "board_facts", "models", "health_gate", "prune", "prompt",
                              "serve_bind", "serve_port_base", "health_retries", "health_delay", "health_timeout"))
 
     def run(self, tmp=None, task_vars=None):
-        if _MISSING:
-            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
-                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
         result = super().run(tmp, task_vars)
         args = self._task.args
         mode = args.get("mode") or "deploy"

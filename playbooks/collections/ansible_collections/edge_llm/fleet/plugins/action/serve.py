@@ -12,17 +12,7 @@ from __future__ import annotations
 import os
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
-# The rules live in the provisioner package, which this collection declares (requirements.txt)
-# instead of reaching into a checkout: the built collection runs on any controller that has it.
-try:
-    from provisioner.contracts import inventory
-    from provisioner.fleet import service
-except ImportError as exc:
-    _MISSING = f"{exc}"
-else:
-    _MISSING = ""
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, service
 
 #: the token's alphabet and length (43 letters/digits: ~256 bits), as ansible.builtin.password generates it
 TOKEN_CHARS = ["ascii_letters", "digits"]
@@ -31,8 +21,7 @@ TOKEN_LENGTH = 43
 KEEP = ("changed", "failed", "msg", "edge_llm", "skipped", "unreachable")
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("expect", "bind", "port_base", "token_path", "enabled", "health_retries",
                              "health_delay", "health_timeout", "address"))
 
@@ -46,9 +35,6 @@ class ActionModule(ActionBase):
         return str(lookup.run([path], variables=task_vars, chars=TOKEN_CHARS, length=TOKEN_LENGTH)[0])
 
     def run(self, tmp=None, task_vars=None):
-        if _MISSING:
-            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
-                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
         result = super().run(tmp, task_vars)
         args = self._task.args
         if not args.get("token_path"):

@@ -11,29 +11,14 @@ provisioner.fleet.update_os / verdict; this plugin only moves data between them 
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
-try:
-    from provisioner.contracts import inventory
-    from provisioner.fleet import update_os
-except ImportError as exc:
-    _MISSING = f"{exc}"
-else:
-    _MISSING = ""
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, update_os
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("expect", "commit", "sysroot", "trial_file", "api", "serve_bind", "serve_port_base",
                              "health_retries", "health_delay", "health_timeout", "prompt", "max_tokens"))
 
-    def _module(self, name, args, task_vars):
-        return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
-
     def run(self, tmp=None, task_vars=None):
-        if _MISSING:
-            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
-                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:
@@ -53,14 +38,11 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=f"the new deployment {commit[:12]} did not boot; boot counting fell "
                                            f"back to {booted[:12] or '(none)'}")
             return result
-        raw = self._module("edge_llm.fleet.verify", {"spec": update_os.gate_spec(expect)}, task_vars)
-        if raw.get("unreachable"):
-            return raw
-        if raw.get("failed") or "probe" not in raw:
-            result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
-            return result
+        found, stop = self._probe(update_os.gate_spec(expect), task_vars, result)
+        if stop is not None:
+            return stop
         api, step = None, update_os.API_SKIPPED
-        serve = update_os.enabled_instances(expect, raw["probe"], bind=str(args.get("serve_bind") or "127.0.0.1"),
+        serve = update_os.enabled_instances(expect, found, bind=str(args.get("serve_bind") or "127.0.0.1"),
                                             port_base=int(args.get("serve_port_base") or 8080))
         if args.get("api", True) and serve["instances"]:
             step = update_os.API_RAN
@@ -79,7 +61,7 @@ class ActionModule(ActionBase):
             figures = ((bench.get("edge_llm") or {}).get("api")) or {}
             none = {"n": 0, "failed": 1, "errors": [str(bench.get("msg") or "no answer")[:200]]}
             api = {i["model"]: figures.get(i["model"]) or none for i in serve["instances"]}
-        verdict = update_os.judge(expect, raw["probe"], api, step)
+        verdict = update_os.judge(expect, found, api, step)
         result["edge_llm"] = {"kind": "verify", **verdict}
         if not verdict["ok"]:
             result.update(failed=True, msg="; ".join(verdict["failures"]))

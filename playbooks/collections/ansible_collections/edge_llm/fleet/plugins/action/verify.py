@@ -8,28 +8,15 @@ between them and the board.
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
-# The rules live in the provisioner package, which this collection declares (requirements.txt)
-# instead of reaching into a checkout: the built collection runs on any controller that has it.
-try:
-    from provisioner.contracts import inventory
-    from provisioner.fleet import probe as fleet_probe
-    from provisioner.fleet import verdict as fleet_verdict
-except ImportError as exc:
-    _MISSING = f"{exc}"
-else:
-    _MISSING = ""
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import probe as fleet_probe
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import verdict as fleet_verdict
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("expect", "only_model", "smoke_only", "model_dir", "keep_probe", "repeat"))
 
     def run(self, tmp=None, task_vars=None):
-        if _MISSING:
-            raise AnsibleActionFail("edge_llm.fleet needs the Python package edge-llm-provisioner in the "
-                                    f"controller's Python ({_MISSING}): pip install edge-llm-provisioner")
         result = super().run(tmp, task_vars)
         args = self._task.args
         try:
@@ -44,25 +31,21 @@ class ActionModule(ActionBase):
         repeat = int(args.get("repeat") or 1)
         for run in spec["runs"].values():
             run["repeat"] = repeat
-        raw = self._execute_module(module_name="edge_llm.fleet.verify", module_args={"spec": spec},
-                                   task_vars=task_vars)
-        if raw.get("unreachable"):
-            return raw
-        if raw.get("failed") or "probe" not in raw:
-            result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
-            return result
-        verdict = fleet_verdict.evaluate(expect, raw["probe"], smoke_only=smoke_only)
+        found, stop = self._probe(spec, task_vars, result)
+        if stop is not None:
+            return stop
+        verdict = fleet_verdict.evaluate(expect, found, smoke_only=smoke_only)
         if args.get("only_model"):
             verdict["models"] = {k: v for k, v in verdict["models"].items() if k == args["only_model"]}
         result["changed"] = False
         if repeat > 1:
             verdict["kind"] = "benchmark"
-            verdict["benchmark"] = fleet_verdict.benchmark_summary(expect, raw["probe"].get("repeats") or {})
+            verdict["benchmark"] = fleet_verdict.benchmark_summary(expect, found.get("repeats") or {})
             result["edge_llm"] = verdict
         else:
             result["edge_llm"] = {"kind": "verify", **verdict}
         if args.get("keep_probe"):
-            result["probe"] = raw["probe"]
+            result["probe"] = found
         if not verdict["ok"]:
             result["failed"] = True
             result["msg"] = "; ".join(verdict["failures"])
