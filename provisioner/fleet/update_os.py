@@ -11,6 +11,7 @@ and the report says so.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from provisioner.contracts.inventory import HostVars
@@ -28,22 +29,45 @@ def _enabled_key(model: str) -> str:
     return f"enabled:{model}"
 
 
+def _config_key(model: str) -> str:
+    return f"serve_config:{model}"
+
+
 def gate_spec(expect: HostVars) -> dict[str, Any]:
-    """verify's probe spec plus, per model, whether its service instance is enabled (same board call)."""
+    """verify's probe spec plus, per model, whether its service instance is enabled and the config it
+    runs with (same board call)."""
     spec = fleet_probe.probe_spec(expect)
     for inst_model in (m.name for m in expect.models):
         spec["units_show"][_enabled_key(inst_model)] = [service.instance_unit(inst_model), ENABLED_PROPERTY]
+        spec["read"][_config_key(inst_model)] = f"{service.SERVE_CONFIG_DIR}/{inst_model}.json"
     return spec
+
+
+def _board_config(probe: dict[str, Any], model: str) -> dict[str, Any]:
+    """The instance config the board runs (what `fleet launch` wrote there), {} when unreadable."""
+    text = ((probe.get("read") or {}).get(_config_key(model)) or {}).get("content")
+    try:
+        cfg = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
 
 
 def enabled_instances(expect: HostVars, probe: dict[str, Any], *, bind: str,
                       port_base: int) -> dict[str, Any]:
-    """The serving plan (edge_llm.fleet.serve_units) reduced to the instances enabled on the board."""
+    """The serving plan (edge_llm.fleet.serve_units) reduced to the instances enabled on the board, at the
+    port and bind of the config the board runs: the service a client reaches is the one `fleet launch` set
+    up there, even when that launch used other port settings than this run's inventory."""
     plan = service.units(expect, bind=bind, port_base=port_base)
     shows = probe.get("units_show") or {}
     on = [i for i in plan["instances"] if shows.get(_enabled_key(i["model"])) in ENABLED_STATES]
-    return {"instances": [{k: i[k] for k in ("model", "unit", "port", "bind")} for i in on],
-            "token_file": plan["token_file"]}
+    out = []
+    for inst in on:
+        cfg = _board_config(probe, inst["model"])
+        port = cfg.get("port") if isinstance(cfg.get("port"), int) else inst["port"]
+        where = cfg.get("bind") if isinstance(cfg.get("bind"), str) else inst["bind"]
+        out.append({"model": inst["model"], "unit": inst["unit"], "port": port, "bind": where})
+    return {"instances": out, "token_file": plan["token_file"]}
 
 
 def judge(expect: HostVars, probe: dict[str, Any], api: dict[str, Any] | None,

@@ -44,3 +44,24 @@ def test_ostree_pull_summary_units():
                                "200.0\u00a0kB content written") == 196 * 1024
     assert ostree_pulled_bytes("1 delta parts, 0 loose fetched; 2.5\u00a0MB transferred in 3 seconds") == 2_500_000
     assert ostree_pulled_bytes("error: Connection reset by peer") == 0
+
+
+def test_the_api_step_goes_to_the_port_the_board_runs_its_instance_on():
+    """The gate streams to the service a client reaches: the port and bind in the instance config `fleet
+    launch` wrote on the board, even when this run's inventory would compute another port."""
+    from provisioner.contracts import inventory
+    from provisioner.fleet import update_os
+
+    expect = inventory.HostVars.from_vars({"edge_llm_board": "iq-8275-evk", "edge_llm_models": [
+        {"name": "gemma-4-e2b", "kind": "litertlm", "qairt": "2.44.0.260225"}]})
+    spec = update_os.gate_spec(expect)
+    key = next(k for k, path in spec["read"].items() if str(path).endswith("/serve/gemma-4-e2b.json"))
+    enabled = next(k for k, (unit, prop) in spec["units_show"].items()
+                   if unit == "edge-llm-serve@gemma-4-e2b.service" and prop == update_os.ENABLED_PROPERTY)
+    probe = {"units_show": {enabled: "enabled"},
+             "read": {key: {"content": '{"port": 25850, "bind": "127.0.0.1", "model": "gemma-4-e2b"}'}}}
+    serve = update_os.enabled_instances(expect, probe, bind="127.0.0.1", port_base=8080)
+    assert [(i["model"], i["port"]) for i in serve["instances"]] == [("gemma-4-e2b", 25850)]
+    unreadable = {"units_show": {enabled: "enabled"}, "read": {key: {"content": None, "error": "No such file"}}}
+    serve = update_os.enabled_instances(expect, unreadable, bind="127.0.0.1", port_base=8080)
+    assert [i["port"] for i in serve["instances"]] == [8080]
