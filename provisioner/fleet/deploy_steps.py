@@ -96,6 +96,7 @@ def serve_ops(serve: Serve | None, name: str, version: str, qairt: str, info: di
     inst = instance_plan(serve, name, qairt)
     if inst is None:
         return []
+    inst = service.keep_board_endpoint(inst, launched.get("config"))
     ops: list[dict[str, Any]] = []
     config = service.config_text(inst["config"])
     if config != launched.get("config"):

@@ -73,12 +73,34 @@ def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.
             "dropin_dir": f"{layout.SERVE_UNIT_DIR}/{unit}.d",
             "dropin_path": f"{layout.SERVE_UNIT_DIR}/{unit}.d/{DROPIN_NAME}",
             "dropin": dropin_text(cfg["env"]),
-            "health_url": f"http://{'127.0.0.1' if bind in ('0.0.0.0', '::') else bind}:{cfg['port']}/health",
+            "health_url": health_url(bind, cfg["port"]),
             "qairt": m.qairt, "meta_path": f"{layout.model_current(m.name)}/{layout.MODEL_META}",
         })
     return {"script_src": str(SERVE_SCRIPT), "script_dest": layout.SERVE_BIN,
             "unit_path": f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", "unit_text": unit_text(expect.serve_user),
             "config_dir": SERVE_CONFIG_DIR, "token_file": token_file, "instances": instances}
+
+
+def health_url(bind: str, port: int) -> str:
+    """Where the board itself reaches an instance's GET /health (loopback for a wildcard bind)."""
+    return f"http://{'127.0.0.1' if bind in ('0.0.0.0', '::', '') else bind}:{port}/health"
+
+
+def keep_board_endpoint(inst: dict[str, Any], board_config: str | None) -> dict[str, Any]:
+    """``inst`` (one of :func:`units`' instances) at the port and bind of the config the board runs.
+
+    ``fleet launch`` wrote that file, maybe with other port settings than this run's inventory; a
+    restart after a deploy, or the update-os gate's API step, must reach the service where clients do.
+    An unreadable or foreign file leaves ``inst`` as planned."""
+    try:
+        cfg = json.loads(board_config) if board_config else None
+    except ValueError:
+        cfg = None
+    port, bind = (cfg.get("port"), cfg.get("bind")) if isinstance(cfg, dict) else (None, None)
+    if not isinstance(port, int) or not isinstance(bind, str):
+        return inst
+    return {**inst, "port": port, "bind": bind, "config": {**inst["config"], "port": port, "bind": bind},
+            "health_url": health_url(bind, port)}
 
 
 def config_text(config: dict[str, Any]) -> str:

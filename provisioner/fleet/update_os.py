@@ -11,7 +11,6 @@ and the report says so.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from provisioner.contracts.inventory import HostVars
@@ -43,16 +42,6 @@ def gate_spec(expect: HostVars) -> dict[str, Any]:
     return spec
 
 
-def _board_config(probe: dict[str, Any], model: str) -> dict[str, Any]:
-    """The instance config the board runs (what `fleet launch` wrote there), {} when unreadable."""
-    text = ((probe.get("read") or {}).get(_config_key(model)) or {}).get("content")
-    try:
-        cfg = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
-
-
 def enabled_instances(expect: HostVars, probe: dict[str, Any], *, bind: str,
                       port_base: int) -> dict[str, Any]:
     """The serving plan (edge_llm.fleet.serve_units) reduced to the instances enabled on the board, at the
@@ -61,13 +50,10 @@ def enabled_instances(expect: HostVars, probe: dict[str, Any], *, bind: str,
     plan = service.units(expect, bind=bind, port_base=port_base)
     shows = probe.get("units_show") or {}
     on = [i for i in plan["instances"] if shows.get(_enabled_key(i["model"])) in ENABLED_STATES]
-    out = []
-    for inst in on:
-        cfg = _board_config(probe, inst["model"])
-        port = cfg.get("port") if isinstance(cfg.get("port"), int) else inst["port"]
-        where = cfg.get("bind") if isinstance(cfg.get("bind"), str) else inst["bind"]
-        out.append({"model": inst["model"], "unit": inst["unit"], "port": port, "bind": where})
-    return {"instances": out, "token_file": plan["token_file"]}
+    reads = probe.get("read") or {}
+    on = [service.keep_board_endpoint(i, (reads.get(_config_key(i["model"])) or {}).get("content")) for i in on]
+    return {"instances": [{k: i[k] for k in ("model", "unit", "port", "bind")} for i in on],
+            "token_file": plan["token_file"]}
 
 
 def judge(expect: HostVars, probe: dict[str, Any], api: dict[str, Any] | None,

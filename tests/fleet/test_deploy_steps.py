@@ -121,6 +121,20 @@ def test_a_switch_on_a_launched_board_rewrites_the_instance_for_the_new_qairt_an
     assert restart["instance"]["health_url"] == "http://127.0.0.1:9100/health"
 
 
+def test_a_restart_after_a_switch_keeps_the_port_the_board_was_launched_on():
+    """`fleet launch` ran with other port settings than this deploy's inventory (port 25850, not 9100): the
+    rewritten config and the /health wait stay where the board's clients reach the service."""
+    inst = _index_install("v2", NEW_Q)
+    launched = _launched(OLD_Q)
+    launched["config"] = launched["config"].replace('"port": 9100', '"port": 25850')
+    found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "", "run": OK_RUN,
+                     "instance": launched, "qairt": {"v1": OLD_Q}}}
+    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
+    config = next(json.loads(o["content"]) for o in steps.ops if o["op"] == "write" and o["path"].endswith(".json"))
+    restart = next(o for o in steps.ops if o["op"] == "restart")
+    assert config["port"] == 25850 and restart["instance"]["health_url"] == "http://127.0.0.1:25850/health"
+
+
 def test_a_switch_on_a_board_without_the_instance_restarts_nothing_and_an_up_to_date_instance_gets_no_call():
     inst = _index_install("v2", NEW_Q)
     found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "", "run": OK_RUN,
