@@ -68,8 +68,8 @@ def serve_expect(board: str, board_facts: dict[str, Any] | None, models: list[di
                                "edge_llm_models": models})
 
 
-def instance_plan(serve: Serve, name: str, qairt: str) -> dict[str, Any] | None:
-    """Launch's plan of model ``name``'s instance (config, drop-in, unit, /health) on QAIRT ``qairt``."""
+def launch_instance(serve: Serve, name: str, qairt: str) -> dict[str, Any] | None:
+    """What launch writes for model ``name``'s instance (config, drop-in, unit, /health) on QAIRT ``qairt``."""
     models = tuple(dataclasses.replace(m, qairt=qairt) if m.name == name else m for m in serve.expect.models)
     plan = service.units(dataclasses.replace(serve.expect, models=models), bind=serve.bind, port_base=serve.port_base)
     return next((i for i in plan["instances"] if i["model"] == name), None)
@@ -78,7 +78,7 @@ def instance_plan(serve: Serve, name: str, qairt: str) -> dict[str, Any] | None:
 def instance_paths(serve: Serve | None, name: str) -> dict[str, str] | None:
     """Where call 1 looks for the instance ``fleet launch`` wrote (None: the board's group lacks the model)."""
     m = next((m for m in serve.expect.models if m.name == name), None) if serve else None
-    inst = instance_plan(serve, name, m.qairt) if serve and m else None
+    inst = launch_instance(serve, name, m.qairt) if serve and m else None
     return {"config_path": inst["config_path"], "dropin_path": inst["dropin_path"]} if inst else None
 
 
@@ -93,7 +93,7 @@ def serve_ops(serve: Serve | None, name: str, version: str, qairt: str, info: di
     launched = info.get("instance")
     if serve is None or not launched or not version:
         return []
-    inst = instance_plan(serve, name, qairt)
+    inst = launch_instance(serve, name, qairt)
     if inst is None:
         return []
     inst = service.keep_board_endpoint(inst, launched.get("config"))

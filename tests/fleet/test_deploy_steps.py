@@ -93,7 +93,7 @@ def _serve(qairt: str = OLD_Q) -> deploy_steps.Serve:
 
 def _launched(qairt: str) -> dict:
     """The instance files `fleet launch` wrote for ``qairt`` (what call 1 reads back from the board)."""
-    inst = deploy_steps.instance_plan(_serve(), GEMMA, qairt)
+    inst = deploy_steps.launch_instance(_serve(), GEMMA, qairt)
     from provisioner.fleet import service
     return {"config": service.config_text(inst["config"]), "dropin": inst["dropin"]}
 
