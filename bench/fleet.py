@@ -23,7 +23,7 @@ reruns verify, benchmark and the floor with each strategy and prints the gain ov
 strategies need the `mitogen` package in this interpreter, e.g. a separate venv:
 ``python3 -m venv /tmp/vm && /tmp/vm/bin/pip install -e . mitogen pytest && /tmp/vm/bin/python bench/fleet.py``).
 
-Needs root (virtual boards are sshd in mount namespaces).
+Needs root (virtual boards are mount namespaces with sshd -i per connection).
 Usage: python3 bench/fleet.py [--sizes 16,64,256] [--ops verify,deploy,...] [--strategies linear,mitogen_linear]
 """
 

@@ -3,7 +3,7 @@
 Each row drives the production code a user would (the ``provisioner`` CLI, ``run_fleet`` with the real
 ``ansible-playbook`` over real SSH to virtual boards, the layer's login check) through one fault and
 returns (what was lost, what the tool said, what the next run did). bench/faults.py prints this table
-below the station's. Needs root (virtual boards are sshd in mount namespaces). The cache row needs a
+below the station's. Needs root (virtual boards are mount namespaces with sshd -i per connection). The cache row needs a
 bitbake checkout (``--bitbake DIR``, or bitbake-hashserv on PATH). Usage: python3 bench/fleet_faults.py
 """
 

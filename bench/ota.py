@@ -16,7 +16,7 @@ Prints:
             ota-bad-npu and ota-no-boot, and how many reboots that took; goal: one reboot cycle
   max-fail  serial 2, max_fail_percentage 0, the failing board in the first batch: later boards untouched
 
-Needs root (virtual boards are sshd in mount namespaces) and the ostree CLI.
+Needs root (virtual boards are mount namespaces with sshd -i per connection) and the ostree CLI.
 Usage: python3 bench/ota.py [--sizes 8,32] [--image-mib 64] [--parts bytes,fleet,faults]
 """
 

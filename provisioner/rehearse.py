@@ -164,7 +164,7 @@ class Rehearsal:
             Step("release", self.step_release, simulated=True,
                  what="release directory around a synthetic qcomflash bundle (real XML, ext4 rootfs)"),
             Step("boards up", self.step_boards_up, cleanup=self.cleanup_boards, simulated=True,
-                 what=f"{sim}: sshd in mount namespaces, pty consoles, fake USB"),
+                 what=f"{sim}: mount namespaces with sshd -i per connection, pty consoles, fake USB"),
             Step("enter EDL", self.step_enter_edl, simulated=True,
                  what="station console driver (pyserial) runs `reboot edl` on each board"),
             Step("flash", self.step_flash, simulated=True,
