@@ -13,7 +13,8 @@ For a LiteRT-LM board (IQ-8275, Gemma-4 E2B) and a Genie board (IQ-9075, Nemotro
 Goal: API TTFT within the runtime's TTFT + 25 ms; 4 clients at the 1-client throughput, no failures.
 Today's design (one runtime process per request) paid the model load first: ~2.06 s for Gemma.
 
-Needs root (virtual boards are mount namespaces with sshd -i per connection). Usage: python3 bench/serve.py [--requests 3]
+Needs root (virtual boards are mount namespaces with sshd -i per connection).
+Usage: python3 bench/serve.py [--requests 3]
 """
 
 from __future__ import annotations
