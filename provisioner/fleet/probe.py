@@ -22,8 +22,9 @@ LIMITS_D = "/etc/security/limits.d"
 
 
 def probe_spec(expect: HostVars, *, only_model: str | None = None, smoke_only: bool = False,
-               model_dir_override: dict[str, str] | None = None) -> dict[str, Any]:
-    """Everything the board-side gatherer must read/stat/run for ``expect``, as plain JSON."""
+               model_dir_override: dict[str, str] | None = None, repeat: int = 1) -> dict[str, Any]:
+    """Everything the board-side gatherer must read/stat/run for ``expect``, as plain JSON; each smoke run
+    ``repeat`` times (a benchmark takes medians of them)."""
     b = expect.board
     overrides = model_dir_override or {}
     models = [m for m in expect.models if only_model in (None, m.name)]
@@ -60,5 +61,6 @@ def probe_spec(expect: HostVars, *, only_model: str | None = None, smoke_only: b
                                       "json": ["htp_backend_ext_config.json"] if m.runtime == "genie" else [],
                                       "hash": True}
         if expect.smoke:
-            spec["runs"][m.name] = smoke_run(b, m, expect.prompt, expect.max_tokens, model_dir=mdir)
+            spec["runs"][m.name] = {**smoke_run(b, m, expect.prompt, expect.max_tokens, model_dir=mdir),
+                                    "repeat": repeat}
     return spec

@@ -53,11 +53,9 @@ class ActionModule(BoardAction):
             expect_vars["edge_llm_verify_max_tokens"] = args["max_tokens"]
         try:
             expect = inventory.HostVars.from_vars(expect_vars)
-            spec = fleet_probe.probe_spec(expect, smoke_only=True)
+            spec = fleet_probe.probe_spec(expect, smoke_only=True, repeat=runs)
         except Exception as exc:  # ValueError/TypeError of the vars, UserError of the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
-        for run in spec["runs"].values():
-            run["repeat"] = runs
         found, stop = self._probe(spec, task_vars, result)
         if stop is not None:
             return stop

@@ -26,11 +26,9 @@ class ActionModule(BoardAction):
         except Exception as exc:  # UserError from the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_verify: {exc}") from exc
         smoke_only = bool(args.get("smoke_only", False))
-        spec = fleet_probe.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
-                                 model_dir_override=args.get("model_dir") or None)
         repeat = int(args.get("repeat") or 1)
-        for run in spec["runs"].values():
-            run["repeat"] = repeat
+        spec = fleet_probe.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
+                                      model_dir_override=args.get("model_dir") or None, repeat=repeat)
         found, stop = self._probe(spec, task_vars, result)
         if stop is not None:
             return stop
