@@ -114,6 +114,13 @@ class ModelVars:
         return cls(**kw)
 
 
+#: the variables :meth:`HostVars.from_vars` reads, so a caller holding all of a host's variables (an
+#: action plugin's task_vars) can hand over just these
+HOST_VARS_READ = ("edge_llm_board", "edge_llm_board_facts", "edge_llm_models", "edge_llm_expected_build_id",
+                  "edge_llm_download_mode", "edge_llm_verify_prompt", "edge_llm_verify_max_tokens",
+                  "edge_llm_verify_smoke", "edge_llm_verify_rehash", "edge_llm_serve_user")
+
+
 @dataclass(frozen=True)
 class HostVars:
     """What one board should look like: its type, release and models (its ``edge_llm_*`` variables)."""
@@ -131,7 +138,8 @@ class HostVars:
 
     @classmethod
     def from_vars(cls, hv: Mapping[str, Any]) -> HostVars:
-        """Build from the ``edge_llm_*`` variables of one host (group_vars + host overrides)."""
+        """Build from the ``edge_llm_*`` variables of one host (group_vars + host overrides); reads only
+        :data:`HOST_VARS_READ`."""
         board_id = hv.get("edge_llm_board")
         if not board_id:
             raise ValueError("edge_llm_board is not set for this host: put it in a board group "

@@ -63,3 +63,28 @@ def test_release_json_carries_the_verify_floors_the_manifest_set(tmp_path, manif
     assert (entry["min_decode_tok_s"], entry["max_ttft_s"]) == manifest.thresholds(m)
     assert entry["min_decode_tok_s"] is not None and entry["runtime"] == "litert_lm"
     assert inventory.ModelVars.from_vars(entry).file == m.filename
+
+
+class _Recording(dict):
+    """A host's variables that remember which ones were read."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.read: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_action_plugins_hand_over_every_variable_the_contract_reads():
+    """The fleet actions pass HostVars.from_vars only HOST_VARS_READ out of a host's variables: a variable the
+    contract reads that is missing from that tuple would silently fall back to its default on every board."""
+    hv = _Recording(edge_llm_board="iq-8275-evk", edge_llm_models=[], edge_llm_download_mode=0)
+    inventory.HostVars.from_vars(hv)
+    assert hv.read <= set(inventory.HOST_VARS_READ), hv.read - set(inventory.HOST_VARS_READ)
+    assert set(inventory.HOST_VARS_READ) <= set(inventory.VARIABLES)

@@ -41,10 +41,6 @@ def launched(tmp_path_factory):
         blocker.close()
 
 
-#: the role's argument check: a controller-side task (no board module call, no SSH round trip)
-ARGSPEC = "ansible.builtin.validate_argument_spec"
-
-
 def _count_tasks(fleet):
     """An on_event hook recording each board's task results (what HostOutcome.tasks counts) in fleet.tasks."""
     fleet.tasks = {}
@@ -174,13 +170,14 @@ def test_second_launch_changes_nothing(launched):
 
 
 def test_launch_costs_one_task_per_board_first_time_and_on_a_rerun(launched):
-    """Controller CPU is linear in tasks x boards: the whole launch (files, systemd, health, API probe) is one."""
+    """Controller CPU is linear in tasks x boards: the whole launch (files, systemd, health, API probe) is one
+    task, with no per-board argument-spec task beside it."""
     fleet, _, _ = launched
-    one = [ARGSPEC, "edge_llm.fleet.serve"]
+    one = ["edge_llm.fleet.serve"]
     assert fleet.tasks == {"srv-8275": one, "srv-9075": one, "busy-8275": one}
     again = run_playbook("launch", fleet.inventory, limit="srv-8275:srv-9075")
     assert {h: (o.tasks, o.changed, o.status) for h, o in again.hosts.items()} == \
-        {"srv-8275": (2, 0, "ok"), "srv-9075": (2, 0, "ok")}
+        {"srv-8275": (1, 0, "ok"), "srv-9075": (1, 0, "ok")}
 
 
 def _main_pid(fleet, board, unit):
@@ -217,7 +214,7 @@ def test_benchmark_collects_medians_per_board(launched, tmp_path):
     out_dir.mkdir()
     res = run_fleet("benchmark", fleet.inventory, limit="srv-8275:srv-9075", on_event=_count_tasks(fleet),
                     extra_vars={"edge_llm_benchmark_runs": 3, "edge_llm_benchmark_dir": str(out_dir)})
-    one = [ARGSPEC, "edge_llm.fleet.benchmark"]                 # smoke runs, API bench and the JSON file: one task
+    one = ["edge_llm.fleet.benchmark"]                 # smoke runs, API bench and the JSON file: one task
     assert fleet.tasks == {"srv-8275": one, "srv-9075": one}
     for name, model in (("srv-8275", "gemma-4-e2b"), ("srv-9075", "nemotron-nano-8b")):
         row = res.row(name)

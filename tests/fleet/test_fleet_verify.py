@@ -19,6 +19,7 @@ from tests.fleet.simfleet import BoardSpec, build_fleet, can_run
 pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(can_run() is not None, reason=str(can_run()))]
 
+TEMPLATED_BUILD_ID = "{{ edge_llm_release_prefix }}-iq8275-2026.11"
 SPECS = [
     BoardSpec("ok-8275", "iq-8275-evk"),
     BoardSpec("ok-9075", "iq-9075-evk"),
@@ -32,6 +33,13 @@ SPECS = [
     BoardSpec("unreach-9075", "iq-9075-evk", ("unreachable",)),
     BoardSpec("wrongtype-9075", "iq-9075-evk", group="iq_8275_evk"),
     BoardSpec("world-8275", "iq-8275-evk"),          # /dev/fastrpc-cdsp made 0666 after boot (below)
+    # the expected release given as a template over another host variable, as an inventory may write it:
+    # the action reads edge_llm_* variables by name and must still template them
+    BoardSpec("tmpl-8275", "iq-8275-evk", vars={"edge_llm_release_prefix": "gemma4-e2b",
+                                                "edge_llm_expected_build_id": TEMPLATED_BUILD_ID}),
+    BoardSpec("tmplbad-8275", "iq-8275-evk", vars={"edge_llm_release_prefix": "gemma4-e4b",
+                                                   "edge_llm_expected_build_id": TEMPLATED_BUILD_ID}),
+    BoardSpec("nogroup-8275", "iq-8275-evk", group="lab"),     # in no board group: no edge_llm_board
 ]
 
 # board -> {check name prefix: diagnosis key} that MUST be among its failures
@@ -147,3 +155,25 @@ def test_csv_report_has_a_row_per_board(verified):
     assert lines[0].startswith("board,type,address,release")
     assert len(lines) == len(SPECS) + 1
     assert any(ln.startswith("unreach-9075,") and ",unreachable," in ln for ln in lines)
+
+
+def test_templated_inventory_variables_are_templated_on_the_controller(verified):
+    """The verify role passes no "{{ }}" arguments (one Jinja compile per board and argument); a host variable
+    that is itself a template is still rendered before the board is judged against it."""
+    _, data, _ = verified
+    rows = _rows(data)
+    assert rows["tmpl-8275"]["verdict"] == "pass", rows["tmpl-8275"]["reason"]
+    bad = rows["tmplbad-8275"]
+    assert bad["verdict"] == "fail"
+    (release,) = [c for c in bad["checks"] if c["check"] == "release"]
+    assert not release["ok"] and "gemma4-e4b-iq8275-2026.11" in release["detail"], release
+    assert "{{" not in json.dumps(bad)
+
+
+def test_board_outside_every_board_group_fails_in_one_line(verified):
+    """No per-board argument-spec task checks the role's variables any more: the action says what is missing."""
+    _, data, _ = verified
+    row = _rows(data)["nogroup-8275"]
+    assert row["verdict"] == "fail"
+    assert "edge_llm_board is not set for this host: put it in its board group" in row["reason"], row["reason"]
+    assert "\n" not in row["reason"] and "Traceback" not in row["reason"]

@@ -15,6 +15,7 @@ import os
 import tempfile
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, service
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import probe as fleet_probe
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import verdict as fleet_verdict
@@ -40,13 +41,17 @@ def save(directory: str, host: str, payload: dict) -> str:
 class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("expect", "runs", "prompt", "max_tokens", "api", "bind", "port_base", "address",
                              "timeout", "dir"))
+    VARIABLES = {"runs": "edge_llm_benchmark_runs", "prompt": "edge_llm_benchmark_prompt",
+                 "max_tokens": "edge_llm_benchmark_max_tokens", "api": "edge_llm_benchmark_api",
+                 "dir": "edge_llm_benchmark_dir", "bind": "edge_llm_serve_bind",
+                 "port_base": "edge_llm_serve_port_base"}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = self._task.args
+        args = self._inputs(task_vars)
         runs = max(1, int(args.get("runs") or 5))
-        expect_vars = dict(args.get("expect") or {})
+        expect_vars = self._expect_vars(args, task_vars)
         if args.get("prompt"):
             expect_vars["edge_llm_verify_prompt"] = args["prompt"]
         if args.get("max_tokens"):
@@ -65,7 +70,7 @@ class ActionModule(BoardAction):
         payload["api"] = {}
         result["changed"] = False
         problems = list(payload["failures"]) if not payload["ok"] else []
-        if payload["ok"] and args.get("api", True) and not self._play_context.check_mode:
+        if payload["ok"] and boolean(args.get("api", True), strict=False) and not self._play_context.check_mode:
             try:
                 plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
                                      port_base=int(args.get("port_base") or 8080))
@@ -73,7 +78,8 @@ class ActionModule(BoardAction):
                 raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
             api = self._execute_module(module_name="edge_llm.fleet.api", task_vars=task_vars, module_args={
                 "instances": [{k: i[k] for k in ("model", "port", "bind")} for i in plan["instances"]],
-                "token_file": plan["token_file"], "address": args.get("address"), "mode": "bench", "runs": runs,
+                "token_file": plan["token_file"], "address": args.get("address") or self._address(task_vars),
+                "mode": "bench", "runs": runs,
                 "prompt": expect.prompt, "max_tokens": expect.max_tokens,
                 "timeout": int(args.get("timeout") or 120)})
             if api.get("unreachable"):

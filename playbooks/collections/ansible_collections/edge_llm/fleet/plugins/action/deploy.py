@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, deploy_steps
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import (
+    BoardAction,
+    deploy_index,
+    deploy_steps,
+)
 
 MODULE = "edge_llm.fleet.deploy"
 
@@ -18,17 +22,23 @@ MODULE = "edge_llm.fleet.deploy"
 class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("mode", "install", "board", "board_facts", "models", "health_gate", "prune", "prompt",
                              "serve_bind", "serve_port_base", "health_retries", "health_delay", "health_timeout"))
+    VARIABLES = {"board": "edge_llm_board", "board_facts": "edge_llm_board_facts", "models": "edge_llm_models",
+                 "health_gate": "edge_llm_deploy_health_gate", "prune": "edge_llm_deploy_prune",
+                 "prompt": "edge_llm_deploy_prompt", "serve_bind": "edge_llm_serve_bind",
+                 "serve_port_base": "edge_llm_serve_port_base", "health_retries": "edge_llm_serve_health_retries",
+                 "health_delay": "edge_llm_serve_health_delay", "health_timeout": "edge_llm_serve_health_timeout"}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        task_vars = task_vars or {}
+        args = self._inputs(task_vars)
         mode = args.get("mode") or "deploy"
         if mode not in ("deploy", "rollback"):
             raise AnsibleActionFail(f"edge_llm.fleet.deploy: mode must be deploy or rollback, not {mode!r}")
         models = list(args.get("models") or [])
         gate = boolean(args.get("health_gate", True), strict=False)
-        install = dict(args.get("install") or {}) if mode == "deploy" else {}
         try:
+            install = self._install(args, task_vars) if mode == "deploy" else {}
             qairt = {m["name"]: m["qairt"] for m in install.get("models") or []}
             names = list(qairt) if mode == "deploy" else [m["name"] for m in models]
             expects = {n: deploy_steps.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
@@ -46,6 +56,19 @@ class ActionModule(BoardAction):
                              boolean(args.get("prune", True), strict=False), serve)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _install(self, args: dict, task_vars) -> dict:
+        """What this board pulls: the ``install`` argument, else the artifact index (``edge_llm_deploy_index``)
+        planned for the board's models (provisioner.fleet.deploy_index, as the ``board_install`` filter does)."""
+        if args.get("install"):
+            return dict(args["install"])
+        index = self._var(task_vars, "edge_llm_deploy_index")
+        if not index:
+            raise AnsibleActionFail("edge_llm_deploy_index is empty: pass the artifact index (provisioner fleet "
+                                    "deploy --artifacts DIR --artifact-url URL)")
+        staging = self._var(task_vars, "edge_llm_deploy_staging")
+        return deploy_index.board_install(dict(index), list(args.get("models") or []), str(args.get("board") or ""),
+                                          **({"staging": str(staging)} if staging else {}))
 
     def _call(self, module_args, task_vars):
         return self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)

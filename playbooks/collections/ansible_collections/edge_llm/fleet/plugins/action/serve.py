@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, service
 
 #: the token's alphabet and length (43 letters/digits: ~256 bits), as ansible.builtin.password generates it
@@ -22,8 +23,12 @@ KEEP = ("changed", "failed", "msg", "edge_llm", "skipped", "unreachable")
 
 
 class ActionModule(BoardAction):
-    _VALID_ARGS = frozenset(("expect", "bind", "port_base", "token_path", "enabled", "health_retries",
+    _VALID_ARGS = frozenset(("expect", "bind", "port_base", "token_path", "token_dir", "enabled", "health_retries",
                              "health_delay", "health_timeout", "address"))
+    VARIABLES = {"bind": "edge_llm_serve_bind", "port_base": "edge_llm_serve_port_base",
+                 "token_dir": "edge_llm_serve_token_dir", "enabled": "edge_llm_serve_enabled",
+                 "health_retries": "edge_llm_serve_health_retries", "health_delay": "edge_llm_serve_health_delay",
+                 "health_timeout": "edge_llm_serve_health_timeout"}
 
     def _token(self, path: str, task_vars: dict) -> str | None:
         """The board's token from its controller file (generated there on first use); None in a check-mode
@@ -36,11 +41,15 @@ class ActionModule(BoardAction):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        task_vars = task_vars or {}
+        args = self._inputs(task_vars)
+        if not args.get("token_path") and args.get("token_dir"):
+            args["token_path"] = os.path.join(str(args["token_dir"]), str(task_vars.get("inventory_hostname")))
         if not args.get("token_path"):
-            raise AnsibleActionFail("edge_llm.fleet.serve: token_path is required (the controller's token file)")
+            raise AnsibleActionFail("edge_llm.fleet.serve: token_path (or token_dir) is required: the controller's "
+                                    "token file of this board")
         try:
-            expect = inventory.HostVars.from_vars(dict(args.get("expect") or {}))
+            expect = inventory.HostVars.from_vars(self._expect_vars(args, task_vars))
             plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
                                  port_base=int(args.get("port_base") or 8080))
         except Exception as exc:  # ValueError/TypeError of the vars, UserError of the catalog (unknown board id)
@@ -48,12 +57,12 @@ class ActionModule(BoardAction):
         spec = service.launch_spec(plan, user=expect.serve_user)
         module_args = {
             **spec,
-            "token": self._token(str(args["token_path"]), task_vars or {}),
-            "enabled": bool(args.get("enabled", True)),
+            "token": self._token(str(args["token_path"]), task_vars),
+            "enabled": boolean(args.get("enabled", True), strict=False),
             "health_retries": int(args.get("health_retries", 30)),
             "health_delay": float(args.get("health_delay", 1)),
             "health_timeout": float(args.get("health_timeout", 5)),
-            "address": args.get("address"),
+            "address": args.get("address") or self._address(task_vars),
         }
         raw = self._execute_module(module_name="edge_llm.fleet.serve", module_args=module_args, task_vars=task_vars)
         if raw.get("unreachable"):

@@ -11,18 +11,31 @@ provisioner.fleet.update_os / verdict; this plugin only moves data between them 
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, update_os
 
 
 class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("expect", "commit", "sysroot", "trial_file", "api", "serve_bind", "serve_port_base",
                              "health_retries", "health_delay", "health_timeout", "prompt", "max_tokens"))
+    VARIABLES = {"commit": "edge_llm_update_os_commit", "sysroot": "edge_llm_update_os_sysroot",
+                 "trial_file": "edge_llm_update_os_trial_file", "api": "edge_llm_update_os_api",
+                 "serve_bind": "edge_llm_serve_bind", "serve_port_base": "edge_llm_serve_port_base",
+                 "health_retries": "edge_llm_update_os_health_retries",
+                 "health_delay": "edge_llm_update_os_health_delay", "prompt": "edge_llm_update_os_prompt"}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        task_vars = task_vars or {}
+        args = self._inputs(task_vars)
         try:
-            expect = inventory.HostVars.from_vars(dict(args.get("expect") or {}))
+            expect_vars = self._expect_vars(args, task_vars)
+            if not args.get("expect"):
+                # the gate's own smoke run: the update-os prompt, always run, the board's sha256 cache trusted
+                expect_vars.update(edge_llm_verify_smoke=True, edge_llm_verify_rehash=False,
+                                   edge_llm_verify_prompt=args.get("prompt") or inventory.SMOKE_PROMPT,
+                                   edge_llm_verify_max_tokens=args.get("max_tokens") or inventory.SMOKE_MAX_TOKENS)
+            expect = inventory.HostVars.from_vars(expect_vars)
         except Exception as exc:  # ValueError, or a UserError from the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_update_os_gate: {exc}") from exc
         commit = str(args.get("commit") or "")
@@ -44,13 +57,13 @@ class ActionModule(BoardAction):
         api, step = None, update_os.API_SKIPPED
         serve = update_os.enabled_instances(expect, found, bind=str(args.get("serve_bind") or "127.0.0.1"),
                                             port_base=int(args.get("serve_port_base") or 8080))
-        if args.get("api", True) and serve["instances"]:
+        if boolean(args.get("api", True), strict=False) and serve["instances"]:
             step = update_os.API_RAN
             # one call: the module waits for each instance's /health (the service starts at boot and loads
             # its model), then streams a chat completion; the token is read on the board, never an argument
             bench = self._module("edge_llm.fleet.api", {
                 "instances": serve["instances"], "token_file": serve["token_file"], "mode": "bench", "runs": 1,
-                "address": task_vars.get("ansible_host") or task_vars.get("inventory_hostname"),
+                "address": self._address(task_vars),
                 "prompt": args.get("prompt") or expect.prompt,
                 "max_tokens": int(args.get("max_tokens") or expect.max_tokens),
                 "health_retries": int(args.get("health_retries") or 30),

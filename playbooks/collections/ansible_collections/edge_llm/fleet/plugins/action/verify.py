@@ -8,6 +8,7 @@ between them and the board.
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import probe as fleet_probe
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import verdict as fleet_verdict
@@ -15,12 +16,14 @@ from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import
 
 class ActionModule(BoardAction):
     _VALID_ARGS = frozenset(("expect", "only_model", "smoke_only", "model_dir", "keep_probe", "repeat"))
+    VARIABLES = {"keep_probe": "edge_llm_verify_keep_probe"}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        task_vars = task_vars or {}
+        args = self._inputs(task_vars)
         try:
-            expect = inventory.HostVars.from_vars(dict(args.get("expect") or {}))
+            expect = inventory.HostVars.from_vars(self._expect_vars(args, task_vars))
         except (ValueError, TypeError) as exc:
             raise AnsibleActionFail(f"edge_llm_verify: {exc}") from exc
         except Exception as exc:  # UserError from the catalog (unknown board id)
@@ -42,7 +45,7 @@ class ActionModule(BoardAction):
             result["edge_llm"] = verdict
         else:
             result["edge_llm"] = {"kind": "verify", **verdict}
-        if args.get("keep_probe"):
+        if boolean(args.get("keep_probe", False), strict=False):
             result["probe"] = found
         if not verdict["ok"]:
             result["failed"] = True

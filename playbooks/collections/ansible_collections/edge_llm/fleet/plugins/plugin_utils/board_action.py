@@ -4,30 +4,69 @@ Each action builds its board module's arguments from the rules in the provisione
 collection's requirements.txt: the built collection runs on any controller that has it, no checkout), calls
 the module on the board, and judges the answer with those same rules. What they all do alike lives here:
 one clear error when the package is missing, one way to call a board module, and one way to read the verify
-module's probe out of its result.
+module's probe out of its result, and one way to read the action's inputs from the host's variables.
+
+Why the inputs come from variables and not from ``x: "{{ edge_llm_x }}"`` task arguments: ansible-core
+(2.19) compiles a Jinja template for every templated argument in the forked worker of every board and
+every task, with no cache across workers. A role task passing a dozen such arguments cost the controller
+more CPU than the board call itself (profiled with cProfile on process time, 64 virtual boards). A
+variable read by name costs nothing unless its own value is a template.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 try:
     from provisioner.contracts import inventory
-    from provisioner.fleet import deploy_steps, probe, service, update_os, verdict
+    from provisioner.fleet import deploy_index, deploy_steps, probe, service, update_os, verdict
 except ImportError as exc:
     MISSING = f"{exc}"
-    inventory = deploy_steps = probe = service = update_os = verdict = None
+    inventory = deploy_index = deploy_steps = probe = service = update_os = verdict = None
 else:
     MISSING = ""
 
-__all__ = ["BoardAction", "deploy_steps", "inventory", "probe", "service", "update_os", "verdict"]
+__all__ = ["BoardAction", "deploy_index", "deploy_steps", "inventory", "probe", "service", "update_os", "verdict"]
 
 
 class BoardAction(ActionBase):
     """An action whose work is one or two board module calls, judged on the controller."""
 
     TRANSFERS_FILES = False
+    #: input -> the host variable (inventory, group_vars, host_vars, -e, the calling role's defaults) that
+    #: gives it when the task does not pass it as an argument
+    VARIABLES: Mapping[str, str] = {}
+
+    def _var(self, task_vars, name: str, default=None):
+        """Host variable ``name``, templated only when its value holds a template (see the module docstring)."""
+        if name not in task_vars:
+            return default
+        return self._templar.template(task_vars[name])
+
+    def _inputs(self, task_vars) -> dict:
+        """The task's arguments, completed from :attr:`VARIABLES` (an argument the task passes wins)."""
+        args = dict(self._task.args)
+        for key, name in self.VARIABLES.items():
+            if key not in args and name in task_vars:
+                args[key] = self._var(task_vars, name)
+        return args
+
+    def _expect_vars(self, args: dict, task_vars) -> dict:
+        """The ``edge_llm_*`` variables the inventory contract reads (``expect`` when the task passes it)."""
+        if args.get("expect"):
+            return dict(args["expect"])
+        for name in ("edge_llm_board", "edge_llm_models"):
+            if name not in task_vars:
+                raise AnsibleActionFail(f"{name} is not set for this host: put it in its board group "
+                                        f"(iq_8275_evk, iq_9075_evk: playbooks/group_vars) or set {name} in host_vars")
+        return {n: self._var(task_vars, n) for n in inventory.HOST_VARS_READ if n in task_vars}
+
+    def _address(self, task_vars) -> str | None:
+        """How the controller reaches the board (``ansible_host``, else its inventory name)."""
+        return self._var(task_vars, "ansible_host") or task_vars.get("inventory_hostname")
 
     def run(self, tmp=None, task_vars=None):
         if MISSING:
