@@ -114,6 +114,13 @@ class ModelVars:
         return cls(**kw)
 
 
+def not_set(name: str) -> str:
+    """The one-line error for a host that lacks ``name``: most often a host outside every board group."""
+    groups = ", ".join(group_name(b) for b in catalog.boards())
+    return (f"{name} is not set for this host: put it in its board group ({groups}: playbooks/group_vars) "
+            f"or set {name} in host_vars")
+
+
 #: the variables :meth:`HostVars.from_vars` reads, so a caller holding all of a host's variables (an
 #: action plugin's task_vars) can hand over just these
 HOST_VARS_READ = ("edge_llm_board", "edge_llm_board_facts", "edge_llm_models", "edge_llm_expected_build_id",
@@ -142,8 +149,7 @@ class HostVars:
         :data:`HOST_VARS_READ`."""
         board_id = hv.get("edge_llm_board")
         if not board_id:
-            raise ValueError("edge_llm_board is not set for this host: put it in a board group "
-                             "(iq_8275_evk, iq_9075_evk) or set edge_llm_board in host_vars")
+            raise ValueError(not_set("edge_llm_board"))
         board = catalog.board(str(board_id))
         facts = hv.get("edge_llm_board_facts") or {}
         overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in facts.items()

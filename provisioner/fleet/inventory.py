@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,17 +175,21 @@ def list_hosts(inventory: Path | str, limit: str | None = None, env: dict[str, s
         raise FleetError(f"inventory {inv}: no such file or directory",
                          "pass -i with an Ansible inventory (see inventory/example.yml)")
     exe = tools.require("ansible-inventory", error=FleetError)
-    argv = [exe, "-i", str(inv), "--list", "--playbook-dir", str(PLAYBOOK_DIR)]
-    if limit:
-        argv += ["--limit", limit]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=120)
-    except FileNotFoundError as exc:
-        raise FleetError(f"{argv[0]} vanished", tools.install_hint("ansible-inventory")) from exc
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["unknown error"])[-1]
-        raise FleetError(f"inventory {inv}: {last}", "fix the inventory (ansible-inventory --list shows it)")
-    data = json.loads(proc.stdout)
+    with tempfile.TemporaryDirectory(prefix="edge-llm-inventory-") as tmp:
+        # the JSON goes to --output: with ANSIBLE_VERBOSITY (or -v in ANSIBLE_* settings) ansible-inventory
+        # prints its version banner on stdout too
+        out = Path(tmp) / "inventory.json"
+        argv = [exe, "-i", str(inv), "--list", "--playbook-dir", str(PLAYBOOK_DIR), "--output", str(out)]
+        if limit:
+            argv += ["--limit", limit]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=120)
+        except FileNotFoundError as exc:
+            raise FleetError(f"{argv[0]} vanished", tools.install_hint("ansible-inventory")) from exc
+        if proc.returncode != 0 or not out.is_file():
+            last = (proc.stderr.strip().splitlines() or ["unknown error"])[-1]
+            raise FleetError(f"inventory {inv}: {last}", "fix the inventory (ansible-inventory --list shows it)")
+        data = json.loads(out.read_text(encoding="utf-8"))
     hostvars = data.get("_meta", {}).get("hostvars", {})
     membership: dict[str, list[str]] = {}
 

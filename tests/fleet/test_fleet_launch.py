@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import stat
 import subprocess
 
 import pytest
+import yaml
 
 from provisioner.fleet.api import run_fleet
 from provisioner.fleet.onboard import serve
@@ -212,10 +214,18 @@ def test_benchmark_collects_medians_per_board(launched, tmp_path):
     fleet, _, _ = launched
     out_dir = tmp_path / "bench"
     out_dir.mkdir()
+    log = tmp_path / "bench.log"
     res = run_fleet("benchmark", fleet.inventory, limit="srv-8275:srv-9075", on_event=_count_tasks(fleet),
-                    extra_vars={"edge_llm_benchmark_runs": 3, "edge_llm_benchmark_dir": str(out_dir)})
+                    extra_vars={"edge_llm_benchmark_runs": 3, "edge_llm_benchmark_dir": str(out_dir)},
+                    log_path=log, env={**os.environ, "ANSIBLE_VERBOSITY": "3"})
     one = ["edge_llm.fleet.benchmark"]                 # smoke runs, API bench and the JSON file: one task
     assert fleet.tasks == {"srv-8275": one, "srv-9075": one}
+    # ... and one board call: the ssh connection plugin logs one EXEC per command it runs on a board (-vvv)
+    execs = [ln for ln in log.read_text().splitlines() if "SSH: EXEC" in ln]
+    groups = yaml.safe_load(fleet.inventory.read_text())["all"]["children"]
+    for name in ("srv-8275", "srv-9075"):
+        port = next(g["hosts"][name]["ansible_port"] for g in groups.values() if name in g["hosts"])
+        assert sum(f"-o Port={port} " in ln for ln in execs) == 1, [ln[:200] for ln in execs]
     for name, model in (("srv-8275", "gemma-4-e2b"), ("srv-9075", "nemotron-nano-8b")):
         row = res.row(name)
         assert row.verdict == "pass", row.reason

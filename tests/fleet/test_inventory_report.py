@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,12 @@ def test_cli_inventory_from_catalog_check_and_records(tmp_path):
     inv = tmp_path / "fleet.yml"
     assert _cli("inventory", "--from-records", str(recs), "--out", str(inv)).returncode == 0
     assert yaml.safe_load(inv.read_text())["all"]["children"]["iq_8275_evk"]["hosts"]["0AA94EFD"]
+
+
+def test_hosts_are_listed_when_the_user_runs_ansible_verbose():
+    """ANSIBLE_VERBOSITY=3 in the user's environment (a common way to debug a fleet run) makes
+    ansible-inventory print its version banner on stdout; the host list must still be read."""
+    example = Path(__file__).resolve().parents[2] / "inventory" / "example.yml"
+    quiet = inventory.list_hosts(example)
+    loud = inventory.list_hosts(example, env={**os.environ, "ANSIBLE_VERBOSITY": "3"})
+    assert [h.name for h in loud] == [h.name for h in quiet] and quiet

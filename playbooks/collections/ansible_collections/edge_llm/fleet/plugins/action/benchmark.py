@@ -1,8 +1,8 @@
 """Controller side of edge_llm.fleet.benchmark: repeated smoke runs and the streaming API bench in one task.
 
-Two board module calls per board, both from this one action: edge_llm.fleet.verify with the spec's
-runs repeated (medians judged by provisioner.fleet.verdict, as ``fleet verify`` judges one run) and
-edge_llm.fleet.api in bench mode against the instances ``fleet launch`` started (ports and token file
+One board module call per board: edge_llm.fleet.verify with the spec's runs repeated (medians judged by
+provisioner.fleet.verdict, as ``fleet verify`` judges one run) and, in the same call, its ``api`` option: the
+streaming bench of edge_llm.fleet.api against the instances ``fleet launch`` started (ports and token file
 from provisioner.fleet.service; the module reads the token on the board). The combined payload is the
 task's ``edge_llm`` result and, when ``dir`` is set, ``<dir>/<host>.json`` on the controller, where an
 action plugin runs: no per-board copy task.
@@ -61,32 +61,34 @@ class ActionModule(BoardAction):
             spec = fleet_probe.probe_spec(expect, smoke_only=True, repeat=runs)
         except Exception as exc:  # ValueError/TypeError of the vars, UserError of the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
-        found, stop = self._probe(spec, task_vars, result)
+        api_on = boolean(args.get("api", True), strict=False) and not self._play_context.check_mode
+        more = {}
+        if api_on:
+            try:
+                plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
+                                     port_base=int(args.get("port_base") or 8080))
+            except ValueError as exc:
+                raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
+            # the API bench runs in the same board call, after the smoke runs: one call per board
+            more["api"] = {"instances": [{k: i[k] for k in ("model", "port", "bind")} for i in plan["instances"]],
+                           "token_file": plan["token_file"],
+                           "address": args.get("address") or self._address(task_vars), "runs": runs,
+                           "prompt": expect.prompt, "max_tokens": expect.max_tokens,
+                           "timeout": int(args.get("timeout") or 120)}
+        raw, stop = self._probe(spec, task_vars, result, **more)
         if stop is not None:
             return stop
+        found = raw["probe"] if more else raw
         payload = fleet_verdict.evaluate(expect, found, smoke_only=True)
         payload["kind"] = "benchmark"
         payload["benchmark"] = fleet_verdict.benchmark_summary(expect, found.get("repeats") or {})
         payload["api"] = {}
         result["changed"] = False
         problems = list(payload["failures"]) if not payload["ok"] else []
-        if payload["ok"] and boolean(args.get("api", True), strict=False) and not self._play_context.check_mode:
-            try:
-                plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
-                                     port_base=int(args.get("port_base") or 8080))
-            except ValueError as exc:
-                raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
-            api = self._execute_module(module_name="edge_llm.fleet.api", task_vars=task_vars, module_args={
-                "instances": [{k: i[k] for k in ("model", "port", "bind")} for i in plan["instances"]],
-                "token_file": plan["token_file"], "address": args.get("address") or self._address(task_vars),
-                "mode": "bench", "runs": runs,
-                "prompt": expect.prompt, "max_tokens": expect.max_tokens,
-                "timeout": int(args.get("timeout") or 120)})
-            if api.get("unreachable"):
-                return api
-            payload["api"] = dict((api.get("edge_llm") or {}).get("api") or {})
-            if api.get("failed"):
-                problems.append(str(api.get("msg") or api.get("module_stderr") or "the API benchmark failed"))
+        if payload["ok"] and more:       # API figures of a board whose smoke runs failed are not reported
+            api = raw.get("api") or {}
+            payload["api"] = dict(api.get("api") or {})
+            problems.extend(api.get("problems") or [])
         if args.get("dir") and not self._play_context.check_mode:
             save(str(args["dir"]), str(task_vars.get("inventory_hostname") or self._task.get_name()), payload)
         result["edge_llm"] = payload

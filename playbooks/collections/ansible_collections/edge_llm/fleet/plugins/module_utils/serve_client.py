@@ -164,3 +164,23 @@ def bench(instances, token, address, runs, prompt, max_tokens, timeout):
     problems = [f"{m}: {b['failed']} of {b['n'] + b['failed']} streamed requests failed ({b['errors'][0]})"
                 for m, b in out.items() if b["failed"]]
     return {"kind": "api_benchmark", "api": out}, problems
+
+
+def bench_when_healthy(instances, token, address, runs, prompt, max_tokens, timeout, health=(0, 2, 5)):
+    """:func:`bench` over the instances whose GET /health answers 200. With ``health`` retries (retries, delay,
+    timeout), first wait (bounded) for each instance -- a service that just booted is still loading its model --
+    and report one that never answered as failed, so a caller needs no separate wait task per board."""
+    retries, delay, health_timeout = health
+    up, down = [], {}
+    for inst in instances:
+        why = wait_healthy(inst, retries, delay, health_timeout) if retries else None
+        if why is None:
+            up.append(inst)
+        else:
+            down[str(inst["model"])] = why
+    payload, problems = bench(up, token, address, runs, prompt, max_tokens, timeout) if up else (
+        {"kind": "api_benchmark", "api": {}}, [])
+    for model, why in down.items():
+        payload["api"][model] = {"n": 0, "failed": 1, "errors": [f"GET /health never answered 200 ({why})"]}
+        problems.append(f"{model}: GET /health never answered 200 ({why})")
+    return payload, problems

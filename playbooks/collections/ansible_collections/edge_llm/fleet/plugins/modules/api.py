@@ -99,24 +99,11 @@ def probe(module, instances, token):
 
 
 def bench(module, instances, token):
-    """Streamed requests per instance. With O(health_retries), first wait (bounded) for each instance's
-    GET /health 200 -- a service that just booted is still loading its model -- and report one that never
-    answered as failed, so a caller needs no separate wait task per board."""
+    """Streamed requests per instance, after waiting for each one's /health when O(health_retries) is set."""
     p = module.params
-    up, down = [], {}
-    for inst in instances:
-        why = serve_client.wait_healthy(inst, p["health_retries"], p["health_delay"], p["health_timeout"]) \
-            if p["health_retries"] else None
-        if why is None:
-            up.append(inst)
-        else:
-            down[str(inst["model"])] = why
-    payload, problems = serve_client.bench(up, token, p["address"], p["runs"], p["prompt"], p["max_tokens"],
-                                           p["timeout"]) if up else ({"kind": "api_benchmark", "api": {}}, [])
-    for model, why in down.items():
-        payload["api"][model] = {"n": 0, "failed": 1, "errors": [f"GET /health never answered 200 ({why})"]}
-        problems.append(f"{model}: GET /health never answered 200 ({why})")
-    return payload, problems
+    return serve_client.bench_when_healthy(instances, token, p["address"], p["runs"], p["prompt"], p["max_tokens"],
+                                           p["timeout"], (p["health_retries"], p["health_delay"],
+                                                          p["health_timeout"]))
 
 
 def main():

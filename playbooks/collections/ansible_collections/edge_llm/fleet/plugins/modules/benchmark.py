@@ -1,7 +1,8 @@
 #!/usr/bin/python
 """Documentation of the edge_llm.fleet.benchmark action (plugins/action/benchmark.py); it runs no code itself.
 
-The action runs on the controller and calls the verify and api board modules; this file gives
+The action runs on the controller and calls the verify board module once (its api option streams the
+API requests in the same call); this file gives
 ansible-doc and argument checks their description, like ansible.builtin's action-only modules.
 """
 
@@ -13,15 +14,18 @@ module: benchmark
 short_description: Repeated smoke inference and a streaming API benchmark per model, in one task
 description:
   - Runs each model O(runs) times on the board (edge_llm.fleet.verify with repeat) and takes medians, then, with
-    O(api), streams O(runs) chat completions per model through the edge-llm-serve instances fleet launch started
-    (edge_llm.fleet.api, bench mode; the module reads the board's token file there).
+    O(api) and in the same board call, streams O(runs) chat completions per model through the edge-llm-serve
+    instances fleet launch started (the bench of edge_llm.fleet.api; the module reads the board's token file).
+  - Every option the task does not pass is read from the host's variables by name (edge_llm_benchmark_*,
+    edge_llm_serve_bind, edge_llm_serve_port_base, and the edge_llm_* variables of O(expect)).
   - Returns the combined figures as C(edge_llm) (kind benchmark, with C(api)) and, when O(dir) is set, writes them
     to C(<dir>/<inventory_hostname>.json) on the controller.
 options:
   expect:
-    description: Inventory variables of the board (edge_llm_board, edge_llm_board_facts, edge_llm_models).
+    description: Inventory variables of the board (edge_llm_board, edge_llm_board_facts, edge_llm_models); read
+      from the host's variables when not given.
     type: dict
-    required: true
+    required: false
   runs:
     description: Runs per model (smoke and API).
     type: int

@@ -24,6 +24,8 @@ description:
   - O(mode=rollback) undeploys the failed deployment (the previous one is the default again) and disarms boot
     counting; RV(reboot) says whether the board still runs the failed deployment.
   - Check mode reports what would change and touches nothing.
+  - Through its action plugin, an option the task does not pass is read from the matching
+    C(edge_llm_update_os_*) variable (commit, sysroot, trial_file, branch, repo_url, remote, osname, pull_retries).
 options:
   mode: {type: str, required: true, choices: [state, stage, commit, rollback], description: What to do.}
   commit: {type: str, required: true, description: The release's commit (64 hex digits).}
@@ -39,13 +41,10 @@ author: edge-llm provisioner
 """
 
 EXAMPLES = r"""
+# commit, branch, repo_url, trial_file, ... from the edge_llm_update_os_* variables
 - name: Stage the release's commit
   edge_llm.fleet.ostree:
     mode: stage
-    commit: "{{ edge_llm_update_os_commit }}"
-    branch: "{{ edge_llm_update_os_branch }}"
-    repo_url: "{{ edge_llm_update_os_repo_url }}"
-    trial_file: /sysroot/boot/edge-llm-ota-trial
 """
 
 RETURN = r"""

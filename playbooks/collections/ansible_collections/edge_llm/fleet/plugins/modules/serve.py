@@ -79,10 +79,14 @@ author: edge-llm provisioner
 """
 
 EXAMPLES = r"""
+# the action reads edge_llm_board, edge_llm_models, edge_llm_serve_* (token_dir, bind, port_base, ...) by name
 - name: Launch edge-llm-serve
+  edge_llm.fleet.serve: {}
+
+- name: Launch on the LAN address, with a token directory of its own
   edge_llm.fleet.serve:
-    expect: "{{ edge_llm_serve_expect }}"
-    token_path: "{{ edge_llm_serve_token_dir }}/{{ inventory_hostname }}"
+    bind: 0.0.0.0
+    token_dir: /srv/edge-llm/tokens
 """
 
 RETURN = r"""

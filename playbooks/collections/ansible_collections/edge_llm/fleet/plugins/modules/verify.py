@@ -39,13 +39,26 @@ options:
     description: Consumed by the action plugin.
     type: dict
     required: false
+  api:
+    description:
+      - After the probe, stream chat completions through the running edge-llm-serve instances in the same call
+        (keys instances, token_file, address, runs, prompt, max_tokens, timeout; as edge_llm.fleet.api in bench
+        mode, which reads the token from the board's file). The figures are returned as C(api).
+      - Skipped in check mode. Used by edge_llm.fleet.benchmark, so a benchmark is one board call.
+    type: dict
+    required: false
 author: edge-llm provisioner
 """
 
 EXAMPLES = r"""
+# the action reads the board's edge_llm_* variables (group_vars, host_vars, -e) by name
 - name: Verify the board
+  edge_llm.fleet.verify: {}
+
+- name: Verify one model, smoke run only
   edge_llm.fleet.verify:
-    expect: "{{ edge_llm_expect }}"
+    only_model: gemma-4-e2b
+    smoke_only: true
 """
 
 RETURN = r"""
@@ -53,10 +66,24 @@ probe:
   description: Raw state (read, stat, exists, units, models, runs).
   returned: always
   type: dict
+api:
+  description: The streaming API figures per model and their problems (C(edge_llm.fleet.api) bench payload).
+  returned: when O(api) is set, outside check mode
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.edge_llm.fleet.plugins.module_utils import serve_client  # noqa: E402
 from ansible_collections.edge_llm.fleet.plugins.module_utils.probe import gather  # noqa: E402
+
+
+def api_bench(api):
+    """The API half of a benchmark, after the probe in the same call (see O(api))."""
+    payload, problems = serve_client.bench_when_healthy(
+        api.get("instances") or [], serve_client.read_token(api["token_file"]), api.get("address"),
+        int(api.get("runs") or 3), api.get("prompt") or "Explain in two sentences what an NPU is.",
+        int(api.get("max_tokens") or 64), int(api.get("timeout") or 120))
+    return {**payload, "problems": problems}
 
 
 def main():
@@ -65,14 +92,18 @@ def main():
                        "expect": {"type": "dict", "required": False},
                        "only_model": {"type": "str", "required": False},
                        "smoke_only": {"type": "bool", "required": False, "default": False},
-                       "model_dir": {"type": "dict", "required": False}},
+                       "model_dir": {"type": "dict", "required": False},
+                       "api": {"type": "dict", "required": False}},
         supports_check_mode=True,
     )
     spec = module.params.get("spec")
     if not spec:
         module.fail_json(msg="edge_llm.fleet.verify needs a spec; call it through the action plugin "
                              "(plugins/action/verify.py) with expect=")
-    module.exit_json(changed=False, probe=gather(spec, module.check_mode))
+    result = {"probe": gather(spec, module.check_mode)}
+    if module.params.get("api") and not module.check_mode:
+        result["api"] = api_bench(module.params["api"])
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

@@ -60,8 +60,7 @@ class BoardAction(ActionBase):
             return dict(args["expect"])
         for name in ("edge_llm_board", "edge_llm_models"):
             if name not in task_vars:
-                raise AnsibleActionFail(f"{name} is not set for this host: put it in its board group "
-                                        f"(iq_8275_evk, iq_9075_evk: playbooks/group_vars) or set {name} in host_vars")
+                raise AnsibleActionFail(inventory.not_set(name))
         return {n: self._var(task_vars, n) for n in inventory.HOST_VARS_READ if n in task_vars}
 
     def _address(self, task_vars) -> str | None:
@@ -78,13 +77,14 @@ class BoardAction(ActionBase):
         """Run board module ``name`` once (its result as Ansible returns it, unreachable included)."""
         return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
 
-    def _probe(self, spec: dict, task_vars, result: dict) -> tuple[dict | None, dict | None]:
-        """Run edge_llm.fleet.verify with ``spec``: (its probe, None), or (None, the result to return) when
-        the board was unreachable or the module failed (``result`` then says why)."""
-        raw = self._module("edge_llm.fleet.verify", {"spec": spec}, task_vars)
+    def _probe(self, spec: dict, task_vars, result: dict, **more) -> tuple[dict | None, dict | None]:
+        """Run edge_llm.fleet.verify with ``spec`` (and ``more`` of its options): (its answer, None), or (None,
+        the result to return) when the board was unreachable or the module failed (``result`` then says why).
+        The answer is the probe, or with ``more`` the whole module result (``probe`` and what ``more`` asked)."""
+        raw = self._module("edge_llm.fleet.verify", {"spec": spec, **more}, task_vars)
         if raw.get("unreachable"):
             return None, raw
         if raw.get("failed") or "probe" not in raw:
             result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
             return None, result
-        return raw["probe"], None
+        return (raw if more else raw["probe"]), None
