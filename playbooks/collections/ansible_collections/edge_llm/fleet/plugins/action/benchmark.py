@@ -78,7 +78,7 @@ class ActionModule(BoardAction):
         raw, stop = self._probe(spec, task_vars, result, **more)
         if stop is not None:
             return stop
-        found = raw["probe"] if more else raw
+        found = raw["probe"]
         payload = fleet_verdict.evaluate(expect, found, smoke_only=True)
         payload["kind"] = "benchmark"
         payload["benchmark"] = fleet_verdict.benchmark_summary(expect, found.get("repeats") or {})

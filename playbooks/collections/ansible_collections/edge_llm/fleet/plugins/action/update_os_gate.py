@@ -51,9 +51,10 @@ class ActionModule(BoardAction):
             result.update(failed=True, msg=f"the new deployment {commit[:12]} did not boot; boot counting fell "
                                            f"back to {booted[:12] or '(none)'}")
             return result
-        found, stop = self._probe(update_os.gate_spec(expect), task_vars, result)
+        raw, stop = self._probe(update_os.gate_spec(expect), task_vars, result)
         if stop is not None:
             return stop
+        found = raw["probe"]
         api, step = None, update_os.API_SKIPPED
         serve = update_os.enabled_instances(expect, found, bind=str(args.get("serve_bind") or "127.0.0.1"),
                                             port_base=int(args.get("serve_port_base") or 8080))

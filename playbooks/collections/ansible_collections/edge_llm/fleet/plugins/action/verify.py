@@ -32,9 +32,10 @@ class ActionModule(BoardAction):
         repeat = int(args.get("repeat") or 1)
         spec = fleet_probe.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
                                       model_dir_override=args.get("model_dir") or None, repeat=repeat)
-        found, stop = self._probe(spec, task_vars, result)
+        raw, stop = self._probe(spec, task_vars, result)
         if stop is not None:
             return stop
+        found = raw["probe"]
         verdict = fleet_verdict.evaluate(expect, found, smoke_only=smoke_only)
         if args.get("only_model"):
             verdict["models"] = {k: v for k, v in verdict["models"].items() if k == args["only_model"]}

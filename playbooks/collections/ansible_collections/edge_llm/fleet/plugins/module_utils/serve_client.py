@@ -166,6 +166,25 @@ def bench(instances, token, address, runs, prompt, max_tokens, timeout):
     return {"kind": "api_benchmark", "api": out}, problems
 
 
+#: the options of one streamed API bench, for edge_llm.fleet.api (mode=bench) and edge_llm.fleet.verify's
+#: api option alike (AnsibleModule argument spec entries)
+BENCH_OPTIONS = {
+    "runs": {"type": "int", "default": 3},
+    "prompt": {"type": "str", "default": "Explain in two sentences what an NPU is."},
+    "max_tokens": {"type": "int", "default": 64},
+    "timeout": {"type": "int", "default": 120},
+    "health_retries": {"type": "int", "default": 0},
+    "health_delay": {"type": "float", "default": 2},
+    "health_timeout": {"type": "float", "default": 5},
+}
+
+
+def bench_options(p, token):
+    """:func:`bench_when_healthy` for validated :data:`BENCH_OPTIONS` ``p`` (with instances and address)."""
+    return bench_when_healthy(p["instances"], token, p["address"], p["runs"], p["prompt"], p["max_tokens"],
+                              p["timeout"], (p["health_retries"], p["health_delay"], p["health_timeout"]))
+
+
 def bench_when_healthy(instances, token, address, runs, prompt, max_tokens, timeout, health=(0, 2, 5)):
     """:func:`bench` over the instances whose GET /health answers 200. With ``health`` retries (retries, delay,
     timeout), first wait (bounded) for each instance -- a service that just booted is still loading its model --

@@ -100,10 +100,7 @@ def probe(module, instances, token):
 
 def bench(module, instances, token):
     """Streamed requests per instance, after waiting for each one's /health when O(health_retries) is set."""
-    p = module.params
-    return serve_client.bench_when_healthy(instances, token, p["address"], p["runs"], p["prompt"], p["max_tokens"],
-                                           p["timeout"], (p["health_retries"], p["health_delay"],
-                                                          p["health_timeout"]))
+    return serve_client.bench_options({**module.params, "instances": instances}, token)
 
 
 def main():
@@ -112,13 +109,7 @@ def main():
         "token_file": {"type": "str", "required": True, "no_log": False},
         "address": {"type": "str", "required": False, "default": None},
         "mode": {"type": "str", "default": "probe", "choices": ["probe", "bench"]},
-        "runs": {"type": "int", "default": 3},
-        "prompt": {"type": "str", "default": "Explain in two sentences what an NPU is."},
-        "max_tokens": {"type": "int", "default": 64},
-        "timeout": {"type": "int", "default": 120},
-        "health_retries": {"type": "int", "default": 0},
-        "health_delay": {"type": "float", "default": 2},
-        "health_timeout": {"type": "float", "default": 5},
+        **serve_client.BENCH_OPTIONS,
     }, supports_check_mode=True)
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no requests sent")

@@ -290,36 +290,32 @@ def do_rollback(p, check_mode):
     return out
 
 
+def systemctl(*args, timeout=180, check=True, tolerate=None):
+    """Run ``systemctl args``. A command that cannot run raises OSError; with ``check``, so does a non-zero exit
+    unless its stderr matches ``tolerate``."""
+    exe = shutil.which("systemctl") or "/bin/systemctl"
+    try:
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise OSError(0, f"systemctl {args[0]}: {exc}", args[-1]) from exc
+    if check and proc.returncode != 0 and not (tolerate and tolerate.search(proc.stderr)):
+        raise OSError(0, f"systemctl {args[0]} failed: {(proc.stderr or proc.stdout).strip()[-300:]}", args[-1])
+    return proc
+
+
 def stop_unit(unit):
     """Stop and disable a service that has nothing healthy to serve (a unit that was never installed is fine)."""
-    exe = shutil.which("systemctl") or "/bin/systemctl"
     for verb in ("stop", "disable"):
-        try:
-            proc = subprocess.run([exe, verb, unit], capture_output=True, text=True, timeout=120, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise OSError(0, f"systemctl {verb}: {exc}", unit) from exc
-        if proc.returncode != 0 and not NO_UNIT.search(proc.stderr):
-            raise OSError(0, f"systemctl {verb} failed: {proc.stderr.strip()[-300:]}", unit)
+        systemctl(verb, unit, timeout=120, tolerate=NO_UNIT)
 
 
 def unit_running(unit):
     """Whether systemd runs ``unit`` now (try-restart restarts only such a unit)."""
-    exe = shutil.which("systemctl") or "/bin/systemctl"
     try:
-        proc = subprocess.run([exe, "is-active", unit], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = systemctl("is-active", unit, timeout=60, check=False)
+    except OSError:
         return False
     return proc.stdout.strip() in ("active", "activating", "reloading")
-
-
-def systemctl_run(*args):
-    exe = shutil.which("systemctl") or "/bin/systemctl"
-    try:
-        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=180, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise OSError(0, f"systemctl {args[0]}: {exc}", args[-1]) from exc
-    if proc.returncode != 0:
-        raise OSError(0, f"systemctl {args[0]} failed: {(proc.stderr or proc.stdout).strip()[-300:]}", args[-1])
 
 
 def restart(op):
@@ -329,11 +325,11 @@ def restart(op):
     the health outcome is a fact for the controller to judge, not a module failure.
     """
     if op.get("daemon_reload"):
-        systemctl_run("daemon-reload")
+        systemctl("daemon-reload")
     running = unit_running(op["unit"])
     if not running:
         return {"changed": False, "running": False, "health": None}
-    systemctl_run("try-restart", op["unit"])
+    systemctl("try-restart", op["unit"])
     last = wait_healthy(op["instance"], op.get("retries", 30), op.get("delay", 1), op.get("timeout", 5))
     return {"changed": True, "running": True, "health": last}
 

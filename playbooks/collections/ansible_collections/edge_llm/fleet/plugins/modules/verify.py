@@ -79,10 +79,7 @@ from ansible_collections.edge_llm.fleet.plugins.module_utils.probe import gather
 
 def api_bench(api):
     """The API half of a benchmark, after the probe in the same call (see O(api))."""
-    payload, problems = serve_client.bench_when_healthy(
-        api.get("instances") or [], serve_client.read_token(api["token_file"]), api.get("address"),
-        int(api.get("runs") or 3), api.get("prompt") or "Explain in two sentences what an NPU is.",
-        int(api.get("max_tokens") or 64), int(api.get("timeout") or 120))
+    payload, problems = serve_client.bench_options(api, serve_client.read_token(api["token_file"]))
     return {**payload, "problems": problems}
 
 
@@ -93,7 +90,11 @@ def main():
                        "only_model": {"type": "str", "required": False},
                        "smoke_only": {"type": "bool", "required": False, "default": False},
                        "model_dir": {"type": "dict", "required": False},
-                       "api": {"type": "dict", "required": False}},
+                       "api": {"type": "dict", "required": False, "options": {
+                           "instances": {"type": "list", "elements": "dict", "required": True},
+                           "token_file": {"type": "str", "required": True, "no_log": False},
+                           "address": {"type": "str", "required": False, "default": None},
+                           **serve_client.BENCH_OPTIONS}}},
         supports_check_mode=True,
     )
     spec = module.params.get("spec")

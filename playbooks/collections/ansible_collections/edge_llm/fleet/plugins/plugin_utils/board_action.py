@@ -78,13 +78,13 @@ class BoardAction(ActionBase):
         return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
 
     def _probe(self, spec: dict, task_vars, result: dict, **more) -> tuple[dict | None, dict | None]:
-        """Run edge_llm.fleet.verify with ``spec`` (and ``more`` of its options): (its answer, None), or (None,
-        the result to return) when the board was unreachable or the module failed (``result`` then says why).
-        The answer is the probe, or with ``more`` the whole module result (``probe`` and what ``more`` asked)."""
+        """Run edge_llm.fleet.verify with ``spec`` (and ``more`` of its options): (its result, with the probe
+        under ``probe``, None), or (None, the result to return) when the board was unreachable or the module
+        failed (``result`` then says why)."""
         raw = self._module("edge_llm.fleet.verify", {"spec": spec, **more}, task_vars)
         if raw.get("unreachable"):
             return None, raw
         if raw.get("failed") or "probe" not in raw:
             result.update(failed=True, msg=f"probe failed: {raw.get('msg') or raw.get('module_stderr') or raw}")
             return None, result
-        return (raw if more else raw["probe"]), None
+        return raw, None
