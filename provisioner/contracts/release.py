@@ -249,6 +249,21 @@ def is_within(base: Path, target: Path) -> bool:
         return False
 
 
+def check_member_name(tarball: Path, dest: Path, name: str) -> None:
+    """Refuse a member whose name lands outside ``dest``: absolute, with a ``..`` part, or resolving out.
+
+    Every tarball we unpack (flash bundles, ostreecommit tarballs) goes through this one check, because
+    Python before 3.11.4 (Debian 12's 3.11.2) writes such a member where its name points (PEP 706; the
+    tarfile docs' "Extraction filters"). ``dest`` must be resolved already.
+    """
+    if name.startswith("/") or os.path.isabs(name) or ".." in Path(name).parts:
+        raise ArtifactError(f"{tarball}: unsafe member path '{name}'",
+                            "refusing to extract; the archive was not made by bitbake")
+    if not is_within(dest, (dest / name).resolve()):
+        raise ArtifactError(f"{tarball}: member '{name}' escapes the extraction folder",
+                            "refusing to extract; the archive was not made by bitbake")
+
+
 def extract_checked(tf: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo]) -> None:
     """Extract members the caller has already checked (names, links, types stay inside ``dest``).
 
@@ -283,13 +298,7 @@ def safe_extract(tarball: Path, dest: Path) -> list[str]:
         for m in members:
             name = m.name
             parts = Path(name).parts
-            if name.startswith("/") or os.path.isabs(name) or ".." in parts:
-                raise ArtifactError(f"{tarball}: unsafe member path '{name}'",
-                                    "refusing to extract; the archive was not made by bitbake")
-            target = (dest / name).resolve()
-            if not is_within(dest, target):
-                raise ArtifactError(f"{tarball}: member '{name}' escapes the extraction folder",
-                                    "refusing to extract; the archive was not made by bitbake")
+            check_member_name(tarball, dest, name)
             if m.issym() or m.islnk():
                 link = m.linkname
                 base = (dest / name).parent if m.issym() else dest

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.artifacts.hashing import sha256_file
-from provisioner.contracts.release import extract_checked
+from provisioner.contracts.release import check_member_name, extract_checked
 from provisioner.errors import ArtifactError
 from provisioner.ota import OTA_KINDS, TARBALL_PATH, ostree
 
@@ -43,19 +43,44 @@ class OtaCommit:
                 "content_size": self.content_size}
 
 
-def extract_repo(tarball: Path, dest: Path) -> Path:
+#: How much larger than its tarball an ostreecommit repo may unpack. An archive-mode repo stores every file
+#: object zlib-compressed (ostree docs, "Repository types and locations": archive), so xz gains little on
+#: top and a real tarball unpacks to about its own size; the floor leaves room for tiny test repos.
+UNPACK_RATIO = 16
+UNPACK_FLOOR = 64 << 20
+
+
+def unpack_limit(tarball: Path) -> int:
+    """The most bytes of member data :func:`extract_repo` writes for ``tarball`` unless told otherwise."""
+    return max(UNPACK_FLOOR, UNPACK_RATIO * tarball.stat().st_size)
+
+
+def extract_repo(tarball: Path, dest: Path, *, max_unpacked: int | None = None) -> Path:
     """Unpack the archive repo into ``dest``: regular files and folders only, nothing outside ``dest``.
 
     An archive-mode repository holds only files and folders (symlinks of the image are stored as
-    objects), so anything else means the file is not what meta-updater wrote.
+    objects), so anything else means the file is not what meta-updater wrote. Names go through the
+    bundle extractor's check (Debian 12's Python 3.11.2 has no tarfile data filter, PEP 706), and the
+    members' sizes are summed while the headers are read, so a tarball that would unpack to more than
+    ``max_unpacked`` bytes (default :func:`unpack_limit`) is refused before anything is written.
     """
+    dest = dest.resolve()
     try:
+        limit = unpack_limit(tarball) if max_unpacked is None else max_unpacked
         with tarfile.open(tarball, "r:*") as tf:
-            members = tf.getmembers()
-            for m in members:
+            members: list[tarfile.TarInfo] = []
+            total = 0
+            while (m := tf.next()) is not None:
+                check_member_name(tarball, dest, m.name)
                 if not (m.isfile() or m.isdir()):
                     raise ArtifactError(f"{tarball}: member '{m.name}' is not a file or folder",
                                         "an OSTree archive repo holds only files; re-copy the build's tarball")
+                total += m.size
+                if total > limit:
+                    raise ArtifactError(f"{tarball}: unpacks to more than {limit >> 20} MiB, far more than an "
+                                        "archive-mode repo of its size; not the tarball a build wrote",
+                                        "re-copy it from the build's deploy folder and compare its sha256")
+                members.append(m)
             extract_checked(tf, dest, members)
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise ArtifactError(f"{tarball}: not a readable ostreecommit tarball ({exc})",
