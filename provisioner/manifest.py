@@ -14,13 +14,11 @@ from typing import Any
 
 from provisioner import catalog
 from provisioner.contracts import inventory
-from provisioner.contracts.release import OTA_KINDS
+from provisioner.contracts.release import MODEL_KINDS, OTA_KINDS, RUNTIMES
 from provisioner.errors import ManifestError
 from provisioner.yamlsafe import YamlError, load_yaml
 
 MANIFEST_VERSION = 1
-RUNTIMES = ("litert_lm", "genie")
-MODEL_KINDS = {"litertlm": "litert_lm", "genie": "genie"}
 LOGIN_POLICIES = ("disabled", "keys-only", "debug")
 VARIANTS = ("production", "debug")
 ENGINES = ("docker", "podman")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -157,29 +158,29 @@ def update_os_cmd(inventory: Path, limit: str | None, report: Path | None, extra
                   dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, release: Path,
                   repo_url: str, serial: str, max_fail_percentage: int) -> None:
     """Whole-image OTA: pull the release's OSTree commit, reboot into it, health-gate, commit or roll back."""
-    ota = _release_ota(release)
-    _run("update-os", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
-         extra_vars={"edge_llm_update_os_repo_url": repo_url, "edge_llm_update_os_branch": ota["branch"],
-                     "edge_llm_update_os_commit": ota["commit"], "edge_llm_update_os_serial": serial,
-                     "edge_llm_update_os_max_fail_percentage": max_fail_percentage,
-                     "edge_llm_expected_build_id": ota["build_id"]})
+    from provisioner.ota.commit import ota_target
 
-
-def _release_ota(release: Path) -> dict[str, str]:
-    """Commit, branch and BUILD_ID of a release (its release.json "ota" entry, see provisioner.ota)."""
-    import json
-
+    _check_serial(serial)
     path = release / "release.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise FleetError(f"{path}: cannot read ({exc})", "pass --release with a release folder `build` wrote") from None
-    ota = data.get("ota") if isinstance(data, dict) else None
-    if not isinstance(ota, dict) or not ota.get("commit") or not ota.get("branch"):
-        raise FleetError(f"{path}: no OSTree commit in this release",
-                         "build it with image.ota: ostree in the manifest")
-    build_id = str(data.get("build_id") or data.get("release") or data.get("id") or "")
-    return {"commit": str(ota["commit"]), "branch": str(ota["branch"]), "build_id": build_id}
+    target = ota_target(data, path)
+    _run("update-os", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
+         extra_vars={"edge_llm_update_os_repo_url": repo_url, "edge_llm_update_os_branch": target.branch,
+                     "edge_llm_update_os_commit": target.commit, "edge_llm_update_os_board": target.board,
+                     "edge_llm_update_os_serial": serial,
+                     "edge_llm_update_os_max_fail_percentage": max_fail_percentage,
+                     "edge_llm_expected_build_id": target.build_id})
+
+
+def _check_serial(serial: str) -> None:
+    """``--serial``: a batch size Ansible's play keyword ``serial`` accepts, a positive count or percentage."""
+    text = serial.removesuffix("%")
+    if not text.isascii() or not text.isdigit() or int(text) < 1 or (serial.endswith("%") and int(text) > 100):
+        raise FleetError(f"--serial {serial}: not a batch size",
+                         "give a number of boards (>= 1) or a percentage (1%..100%), e.g. --serial 10%")
 
 
 @command.command("benchmark", help=_COMMON_HELP["benchmark"])

@@ -46,6 +46,9 @@ FORMAT = 1
 RELEASE_JSON = "release.json"
 #: ``image.ota`` values a manifest may ask for, and ``ota.kind`` in release.json (provisioner.ota).
 OTA_KINDS = ("ostree",)
+#: the runtimes a release may ship, and the runtime each model kind runs on
+RUNTIMES = ("litert_lm", "genie")
+MODEL_KINDS = {"litertlm": "litert_lm", "genie": "genie"}
 #: What meta-updater's sota.bbclass (uptane/meta-updater @ f0e1ccaf) adds to IMAGE_FSTYPES with
 #: BUILD_OSTREE_REPO_TARBALL = "1"; bitbake names the file ``<IMAGE_LINK_NAME>.ostreecommit.tar.xz``.
 OSTREE_TARBALL_SUFFIX = ".ostreecommit.tar.xz"

@@ -25,6 +25,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts.release import MODEL_KINDS, RUNTIMES
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import atomic_write
 from provisioner.fleet.service import instance_unit
@@ -36,7 +37,12 @@ PREVIOUS = "previous"      # symlink beside ``current``: the version a rollback 
 # become ``current``; a run that finds ``current`` on an uncommitted one gates it again.
 COMMITTED = ".committed"
 ARTIFACT_MARK = ".edge-llm-artifact.json"
-VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+#: a file of a model version, relative to its folder: plain names joined by '/', nothing that climbs out
+FILE_RE = re.compile(r"^(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*$")
+#: where boards fetch from: http(s), no whitespace, quotes or template braces
+URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+$")
 
 
 class _Hasher:
@@ -90,9 +96,7 @@ def build_index(root: Path | str, base_url: str) -> dict[str, Any]:
         if (not VERSION_RE.match(version) or version in ("current", PREVIOUS)
                 or version.endswith((".partial", COMMITTED))):
             raise FleetError(f"{mdir}: bad version directory name", "use the sha256 prefix or a plain version")
-        meta: dict[str, Any] = {}
-        if (mdir / layout.MODEL_META).is_file():
-            meta = json.loads((mdir / layout.MODEL_META).read_text(encoding="utf-8"))
+        meta = _read_meta(mdir / layout.MODEL_META)
         files = []
         for f in sorted(p for p in mdir.rglob("*") if p.is_file() and p.name != layout.MODEL_META):
             rel = str(f.relative_to(mdir))
@@ -114,17 +118,100 @@ def build_index(root: Path | str, base_url: str) -> dict[str, Any]:
             entry["file"] = main["name"]
         index["models"].append(entry)
     hasher.save()
+    return check_index(index, root)
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """A version folder's ``model.json``, checked by type: each field has the one shape it may have.
+
+    The artifact tree is data from elsewhere; what it says reaches every board, so a field outside its shape
+    refuses the whole deploy with one line instead of travelling on.
+    """
+    if not path.is_file():
+        return {}
+    hint = (f'write {layout.MODEL_META} as {{"qairt": "<build>", "kind": "litertlm|genie", '
+            '"runtime": "litert_lm|genie"}')
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise FleetError(f"{path}: not readable JSON ({exc})", hint) from None
+    if not isinstance(meta, dict):
+        raise FleetError(f"{path}: not a JSON object", hint)
+    rules = {"reference": lambda v: v in catalog.models(), "kind": lambda v: v in MODEL_KINDS,
+             "runtime": lambda v: v in RUNTIMES, "qairt": lambda v: catalog.is_qairt_build(catalog.normalize_qairt(v))}
+    for key, ok in rules.items():
+        if key in meta and meta[key] is not None and not (isinstance(meta[key], str) and ok(meta[key])):
+            raise FleetError(f"{path}: '{key}' is not a valid value: {meta[key]!r:.80}", hint)
+    return meta
+
+
+def _index_problem(index: Any) -> str | None:  # noqa: ANN401 - anything a JSON file holds
+    """What is wrong with an artifact index's shape (None when every field is of its type)."""
+    def size_ok(v: Any) -> bool:  # noqa: ANN401
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def entry(e: Any, where: str, **rules: Any) -> str | None:  # noqa: ANN401
+        if not isinstance(e, dict):
+            return f"{where} is not an object"
+        for key, ok in rules.items():
+            if not ok(e.get(key)):
+                return f"{where}.{key} is not valid: {e.get(key)!r:.80}"
+        return None
+
+    def text(rx: re.Pattern[str]) -> Any:  # noqa: ANN401
+        return lambda v: isinstance(v, str) and bool(rx.match(v))
+
+    if not isinstance(index, dict):
+        return "not a JSON object"
+    if not text(URL_RE)(index.get("base_url")):
+        return f"base_url is not an http(s) URL: {index.get('base_url')!r:.80}"
+    lists = {k: index.get(k) or [] for k in ("qairt", "runtimes", "models")}
+    for key, items in lists.items():
+        if not isinstance(items, list):
+            return f"{key} is not a list"
+    common = {"url": text(URL_RE), "sha256": text(SHA256_RE), "size": size_ok}
+    for i, q in enumerate(lists["qairt"]):
+        why = entry(q, f"qairt[{i}]", version=lambda v: isinstance(v, str) and catalog.is_qairt_build(v), **common)
+        if why:
+            return why
+    for i, r in enumerate(lists["runtimes"]):
+        why = entry(r, f"runtimes[{i}]", name=lambda v: v == "litert_lm", rev=text(VERSION_RE), **common)
+        if why:
+            return why
+    for i, m in enumerate(lists["models"]):
+        why = entry(m, f"models[{i}]", name=text(VERSION_RE), version=text(VERSION_RE),
+                    kind=lambda v: v in MODEL_KINDS, runtime=lambda v: v in RUNTIMES,
+                    qairt=lambda v: isinstance(v, str) and catalog.is_qairt_build(v), size=size_ok,
+                    files=lambda v: isinstance(v, list) and bool(v))
+        if why:
+            return why
+        for j, f in enumerate(m["files"]):
+            why = entry(f, f"models[{i}].files[{j}]", name=text(FILE_RE), **common)
+            if why:
+                return why
+        if m["kind"] == "litertlm" and not any(f["name"] == m.get("file") and f["sha256"] == m.get("sha256")
+                                               for f in m["files"]):
+            return f"models[{i}].file/sha256 name none of its files"
+    return None
+
+
+def check_index(index: Any, where: Path | str) -> dict[str, Any]:  # noqa: ANN401 - anything a JSON file holds
+    """``index`` if every field is of its type (each reaches boards and Ansible), else a one-line error."""
+    why = _index_problem(index)
+    if why:
+        raise FleetError(f"artifact index {where}: {why}",
+                         "rebuild it from the artifact directory (fleet deploy --artifacts DIR --artifact-url URL)")
+    for key in ("qairt", "runtimes", "models"):
+        index.setdefault(key, [])
     return index
 
 
 def load_index(path: Path | str) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise FleetError(f"artifact index {path}: cannot read: {exc}", "pass a JSON index or --artifacts DIR") from exc
-    for key in ("qairt", "runtimes", "models"):
-        data.setdefault(key, [])
-    return data
+    return check_index(data, path)
 
 
 def model_paths(name: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ again (limits.conf never applies to services: systemd.exec(5), LimitMEMLOCK=; QL
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,15 @@ def health_url(bind: str, port: int) -> str:
     return f"http://{'127.0.0.1' if bind in ('0.0.0.0', '::', '') else bind}:{port}/health"
 
 
+def _is_ip(text: object) -> bool:
+    """An IP address literal (what a board's config may name as the service's bind), nothing else."""
+    try:
+        ipaddress.ip_address(text if isinstance(text, str) else "")
+    except ValueError:
+        return False
+    return True
+
+
 def keep_board_endpoint(inst: dict[str, Any], board_config: str | None) -> dict[str, Any]:
     """``inst`` (one of :func:`units`' instances) at the port and bind of the config the board runs.
 
@@ -97,7 +107,7 @@ def keep_board_endpoint(inst: dict[str, Any], board_config: str | None) -> dict[
     except ValueError:
         cfg = None
     port, bind = (cfg.get("port"), cfg.get("bind")) if isinstance(cfg, dict) else (None, None)
-    if not isinstance(port, int) or not isinstance(bind, str):
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536 or not _is_ip(bind):
         return inst
     return {**inst, "port": port, "bind": bind, "config": {**inst["config"], "port": port, "bind": bind},
             "health_url": health_url(bind, port)}

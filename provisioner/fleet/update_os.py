@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioner import catalog
 from provisioner.contracts.inventory import HostVars
 from provisioner.fleet import probe as fleet_probe
 from provisioner.fleet import service, verdict
@@ -22,6 +23,28 @@ ENABLED_PROPERTY = "UnitFileState"
 ENABLED_STATES = ("enabled", "enabled-runtime")
 API_RAN = "ran"
 API_SKIPPED = "skipped: no serving instance enabled on the board (fleet launch not run)"
+
+
+def release_mismatch(host_board: str, release_board: str, branch: str) -> str | None:
+    """Why a board of type ``host_board`` must not take a release built for ``release_board`` on ``branch``
+    (None when it may). Checked on the controller before the board pulls anything: another board type's
+    image boots another device tree and another NPU's libraries, and the board loses its service.
+
+    The branch must be the board type's own: meta-updater's sota.bbclass names it ``OSTREE_BRANCHNAME ?=
+    ${SOTA_HARDWARE_ID}``, ``SOTA_HARDWARE_ID ??= ${MACHINE}``, so each machine's commits live on its own ref.
+    An empty ``release_board`` (a commit given by hand) checks the branch only.
+    """
+    try:
+        machine = catalog.board(host_board).kas_machine
+    except Exception:  # noqa: BLE001 - a UserError naming the known boards; the message below says enough
+        return f"the host's board type {host_board!r} is not one this tool knows"
+    if release_board and release_board != catalog.board(host_board).id:
+        return (f"the release was built for {release_board}, this board is {catalog.board(host_board).id}: "
+                "refused before pulling anything")
+    if branch != machine:
+        return (f"the release's OSTree branch {branch!r} is not this board type's ({machine!r}, "
+                "meta-updater OSTREE_BRANCHNAME): refused before pulling anything")
+    return None
 
 
 def _enabled_key(model: str) -> str:
@@ -51,15 +74,29 @@ def enabled_instances(expect: HostVars, probe: dict[str, Any], *, bind: str,
     shows = probe.get("units_show") or {}
     on = [i for i in plan["instances"] if shows.get(_enabled_key(i["model"])) in ENABLED_STATES]
     reads = probe.get("read") or {}
+    # a config fleet launch wrote, without an enabled unit to run it: the update took the service away
+    lost = [{"model": i["model"], "unit": i["unit"], "state": str(shows.get(_enabled_key(i["model"])) or "absent")}
+            for i in plan["instances"] if i not in on and (reads.get(_config_key(i["model"])) or {}).get("content")]
     on = [service.keep_board_endpoint(i, (reads.get(_config_key(i["model"])) or {}).get("content")) for i in on]
     return {"instances": [{k: i[k] for k in ("model", "unit", "port", "bind")} for i in on],
-            "token_file": plan["token_file"]}
+            "lost": lost, "token_file": plan["token_file"]}
+
+
+def lost_step(lost: list[dict[str, Any]]) -> str:
+    """The API step's line for a board whose launched instances are no longer enabled after the update."""
+    units = ", ".join(f"{x['unit']} ({x['state'][:40]})" for x in lost)
+    return f"failed: fleet launch set up {units}, but the updated image does not enable it"
 
 
 def judge(expect: HostVars, probe: dict[str, Any], api: dict[str, Any] | None,
           api_step: str) -> dict[str, Any]:
     """verify's verdict with the API checks added: the gate's report row (kind verify) and its api step."""
     result = verdict.evaluate(expect, probe)
+    if api_step.startswith("failed:"):
+        result["checks"].append(verdict.Check("serving API", False, api_step).as_dict())
+        result["failures"].append(f"serving API: {api_step}")
+        result["ok"] = False
+        result["reason"] = "; ".join(x for x in (result["reason"], f"serving API: {api_step}") if x)
     if api is not None:
         extra = verdict.api_checks(expect, api)
         result["checks"] += [c.as_dict() for c in extra]

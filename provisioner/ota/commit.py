@@ -8,14 +8,16 @@ commit is the one ``refs/heads/<OSTREE_BRANCHNAME>`` names, not "the only commit
 
 from __future__ import annotations
 
+import re
 import shutil
 import tarfile
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from provisioner import catalog
 from provisioner.artifacts.hashing import sha256_file
 from provisioner.contracts.release import check_member_name, extract_checked
 from provisioner.errors import ArtifactError
@@ -137,8 +139,37 @@ def collect(tarball: Path, release_dir: Path, machine: str) -> dict[str, Any]:
     return info.as_dict()
 
 
+#: a commit id: a sha256 in lowercase hex (ostree-core.c ostree_validate_structureof_checksum_string)
+COMMIT_RE = re.compile(r"^[0-9a-f]{64}$")
+#: a ref: OSTREE_REF_REGEXP of ostree's src/libostree/ostree-core.c ("(?:[-._\\w\\d]+/)*[-._\\w\\d]+"), ASCII
+#: only and without "." or ".." components (that regexp admits them; a ref is also a path under refs/heads)
+REF_RE = re.compile(r"^(?!(?:.*/)?\.\.?(?:/|$))(?:[-._A-Za-z0-9]+/)*[-._A-Za-z0-9]+$")
+#: the release id, as the manifest allows it (it becomes BUILD_ID in /etc/os-release)
+RELEASE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class OtaTarget:
+    """What ``fleet update-os`` hands every board, read from a release.json and validated by type.
+
+    A release folder is data from elsewhere (a build host, a share, a download): every field that reaches
+    the boards or Ansible has the one shape it may have, or the release is refused before anything runs.
+    """
+
+    commit: str
+    branch: str
+    board: str
+    build_id: str
+
+
+def _bad(where: Path, what: str) -> ArtifactError:
+    return ArtifactError(f"{where}: release.json {what}", "rebuild the release with `provisioner build`")
+
+
 def release_ota(data: Mapping[str, Any], where: Path) -> dict[str, Any]:
-    """release.json's ``ota`` entry, checked; a release without one is a one-line error."""
+    """release.json's ``ota`` entry, checked by type; a release without one is a one-line error."""
+    if not isinstance(data, Mapping):
+        raise _bad(where, f"is not a JSON object (a {type(data).__name__})")
     ota = data.get("ota")
     if not ota:
         raise ArtifactError(f"{where}: release has no OSTree commit (release.json has no 'ota')",
@@ -149,4 +180,28 @@ def release_ota(data: Mapping[str, Any], where: Path) -> dict[str, Any]:
     for key in ("tarball", "commit", "branch", "sha256"):
         if not isinstance(ota.get(key), str) or not ota[key]:
             raise ArtifactError(f"{where}: release.json 'ota' has no {key}", "rebuild the release")
+    if not COMMIT_RE.match(ota["commit"]):
+        raise _bad(where, f"'ota.commit' is not an OSTree commit id (64 hex digits): {ota['commit']!r:.80}")
+    if not REF_RE.match(ota["branch"]) or len(ota["branch"]) > 255:
+        raise _bad(where, f"'ota.branch' is not an OSTree ref name: {ota['branch']!r:.80}")
+    if not COMMIT_RE.match(ota["sha256"]):
+        raise _bad(where, f"'ota.sha256' is not a sha256 (64 hex digits): {ota['sha256']!r:.80}")
+    tarball = PurePosixPath(ota["tarball"])
+    if tarball.is_absolute() or ".." in tarball.parts:
+        raise _bad(where, f"'ota.tarball' leaves the release folder: {ota['tarball']!r:.80}")
+    for key in ("size", "content_size"):
+        if key in ota and (isinstance(ota[key], bool) or not isinstance(ota[key], int) or ota[key] < 0):
+            raise _bad(where, f"'ota.{key}' is not a size in bytes: {ota[key]!r:.40}")
     return dict(ota)
+
+
+def ota_target(data: Mapping[str, Any], where: Path) -> OtaTarget:
+    """Commit, branch, board and BUILD_ID of a release, each checked by type (see :class:`OtaTarget`)."""
+    ota = release_ota(data, where)
+    board = data.get("board")
+    if not isinstance(board, str) or board not in catalog.boards():
+        raise _bad(where, f"'board' is not a board this tool knows: {board!r:.80}")
+    build_id = data.get("release")
+    if not isinstance(build_id, str) or not RELEASE_ID_RE.match(build_id):
+        raise _bad(where, f"'release' is not a release id (lowercase letters, digits, . _ -): {build_id!r:.80}")
+    return OtaTarget(commit=ota["commit"], branch=ota["branch"], board=board, build_id=build_id)

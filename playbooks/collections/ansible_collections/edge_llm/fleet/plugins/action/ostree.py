@@ -7,7 +7,7 @@ role's stage task is one board call with no templated argument.
 
 from __future__ import annotations
 
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, update_os
 
 
 class ActionModule(BoardAction):
@@ -19,6 +19,16 @@ class ActionModule(BoardAction):
                  "osname": "edge_llm_update_os_osname", "pull_retries": "edge_llm_update_os_pull_retries"}
 
     def run(self, tmp=None, task_vars=None):
-        super().run(tmp, task_vars)
+        result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        return self._module("edge_llm.fleet.ostree", self._inputs(task_vars), task_vars)
+        args = self._inputs(task_vars)
+        if args.get("mode") == "stage":
+            # the release must be this board type's before the board pulls a byte (provisioner.fleet.update_os)
+            why = update_os.release_mismatch(str(self._var(task_vars, "edge_llm_board") or ""),
+                                             str(self._var(task_vars, "edge_llm_update_os_board") or ""),
+                                             str(args.get("branch") or ""))
+            if why:
+                result.update(failed=True, changed=False, msg=why,
+                              edge_llm={"kind": "update-os", "outcome": "refused", "reason": why})
+                return result
+        return self._module("edge_llm.fleet.ostree", args, task_vars)

@@ -58,7 +58,9 @@ class ActionModule(BoardAction):
         api, step = None, update_os.API_SKIPPED
         serve = update_os.enabled_instances(expect, found, bind=str(args.get("serve_bind") or "127.0.0.1"),
                                             port_base=int(args.get("serve_port_base") or 8080))
-        if boolean(args.get("api", True), strict=False) and serve["instances"]:
+        if boolean(args.get("api", True), strict=False) and serve["lost"]:
+            step = update_os.lost_step(serve["lost"])
+        elif boolean(args.get("api", True), strict=False) and serve["instances"]:
             step = update_os.API_RAN
             # one call: the module waits for each instance's /health (the service starts at boot and loads
             # its model), then streams a chat completion; the token is read on the board, never an argument
