@@ -198,7 +198,8 @@ def benchmark_cmd(inventory: Path, limit: str | None, report: Path | None, extra
 @click.option("--from-pull", "pull_dir", type=click.Path(path_type=Path), required=True,
               help="Directory of <board>.jsonl reports uploaded by boards in ansible-pull mode (role edge_llm_pull).")
 @click.option("-i", "--inventory", type=click.Path(path_type=Path),
-              help="List these hosts too; a board without a report shows as not-run.")
+              help="Report on these hosts: one without a report is not-run; reports of boards not in it are "
+                   "named on stderr, not counted.")
 @click.option("--limit", "-l", help="Ansible host pattern (with -i).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here (.json or .csv).")
@@ -207,16 +208,19 @@ def report_cmd(pull_dir: Path, inventory: Path | None, limit: str | None, report
                as_json: bool) -> None:
     """Merge the reports of boards in ansible-pull mode into the usual fleet report (exit 1 if any did not pass)."""
     from provisioner.fleet.inventory import list_hosts
-    from provisioner.fleet.report import COLUMNS, from_pull
+    from provisioner.fleet.report import COLUMNS, from_pull, terminal_text
 
     hosts = list_hosts(inventory, limit) if inventory else None
     result = from_pull(pull_dir, hosts)
+    for note in result.notes:
+        stderr.print(f"note: {terminal_text(note)}")
     if report:
         result.write(report)
     if as_json:
         print_json(result.as_dict())
     else:
-        stdout.print(table(f"fleet pull reports ({pull_dir})", list(COLUMNS), [r.cells() for r in result.rows]))
+        stdout.print(table(f"fleet pull reports ({terminal_text(pull_dir)})", list(COLUMNS),
+                           [r.cells() for r in result.rows]))
     _fail_unless_all_pass("pull", result.rows, report)
 
 
