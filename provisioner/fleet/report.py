@@ -282,7 +282,7 @@ def median(values: list[float]) -> float | None:
 
 #: The most of one board's pull report that is read. A board's deploy-and-verify run writes tens of KiB of
 #: events (the events callback cuts each message at 4000 characters); a file past this is damaged or hostile,
-#: and is reported as such instead of loaded (a 300 MB upload once took 1.8 GB of the controller's memory).
+#: and is reported as such instead of loaded (parsed JSON takes several times its text's size in memory).
 MAX_PULL_REPORT_BYTES = 4 * 1024 * 1024
 
 #: A board's report is ``<board>.jsonl`` and <board> an inventory host name (letters, digits, ``. _ - :``).
