@@ -112,8 +112,8 @@ class OtaRehearsal:
                 board = VirtualBoard.load(self.r.sim_root, serial)
                 host.stop_host(board)
                 ostree_board.init_sysroot(board, self.repo, lane.board.kas_machine, commit)
-                keep_etc_owners(board.rootfs_dir, ostree_board.sysroot(board) / "ostree/deploy" /
-                                ostree_board.OSNAME / "deploy")
+                keep_board_etc(board.rootfs_dir, ostree_board.sysroot(board) / "ostree/deploy" /
+                               ostree_board.OSNAME / "deploy")
                 host.start_host(board)
                 n += 1
         self.r._write_inventory()          # a restarted board may listen on another port
@@ -193,9 +193,19 @@ class OtaRehearsal:
 def image_tree(rootfs: Path, tree: Path, build_id: str, change: dict[str, bytes]) -> Path:
     """The rootfs a sota build would commit: the flashed image's, this BUILD_ID in /etc/os-release, the
     kernel where meta-updater's ostree-kernel puts it (``${nonarch_base_libdir}/modules/<ver>/vmlinuz``,
-    recipes-sota/ostree-kernel-initramfs @ f0e1ccaf) and the ``change``d files; no /opt (not committed)."""
+    recipes-sota/ostree-kernel-initramfs @ f0e1ccaf) and the ``change``d files; no /opt (not committed).
+
+    The boards' rootfs is the *launched* one: what ``fleet launch`` wrote that is the board's own (its API
+    token) is left out, as an image never has it (``ota publish`` refuses a commit that does,
+    :mod:`provisioner.ota.secrets`); :func:`keep_board_etc` gives it back to the board's deployment.
+    """
+    from provisioner.ota.secrets import by_name
+
     shutil.rmtree(tree, ignore_errors=True)
     shutil.copytree(rootfs, tree, symlinks=True, ignore=lambda d, names: ["opt"] if Path(d) == rootfs else [])
+    for path in [p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()]:
+        if by_name(f"/{path.relative_to(tree)}"):
+            path.unlink()
     osr = tree / "etc/os-release"
     if osr.is_symlink():
         osr.unlink()
@@ -211,23 +221,27 @@ def image_tree(rootfs: Path, tree: Path, build_id: str, change: dict[str, bytes]
     return tree
 
 
-def keep_etc_owners(rootfs: Path, deploy_dir: Path) -> None:
-    """Give the deployment's /etc the owners the flashed board's /etc had.
+def keep_board_etc(rootfs: Path, deploy_dir: Path) -> None:
+    """Give each deployment's /etc what the flashed board's /etc holds of its own: owners, and the files
+    the image lacks (the API token ``fleet launch`` wrote, mode 0600, owned by the service user).
 
-    The rehearsal commits the *launched* rootfs as its base image, and the simulated build records
-    every file as root's; but what ``fleet launch`` wrote (the API token, owned by the service user,
-    mode 0600) is the board's own /etc state. On a real board it lives in the deployment's /etc and
-    ``ostree admin deploy`` carries it, owner included, into the next deployment (the /etc 3-way merge,
-    ostree-admin-deploy(1)). Without this the service cannot read its token after the OTA reboot and
-    never comes up, and the gate's serving-API step fails on a good board.
+    On a real board launch writes into the deployment's /etc, and ``ostree admin deploy`` carries it,
+    owner included, into the next deployment (the /etc 3-way merge, ostree-admin-deploy(1)). The
+    rehearsal's board launched before it became an OSTree board, so this carries it once by hand.
+    Without it the service cannot read its token and never comes up, and the gate's serving-API step
+    fails on a good board.
     """
     src = rootfs / "etc"
     for dep in sorted(p for p in deploy_dir.iterdir() if p.is_dir()) if deploy_dir.is_dir() else []:
         dst = dep / "etc"
-        for path in src.rglob("*"):
+        for path in sorted(src.rglob("*")):
             twin = dst / path.relative_to(src)
             try:
-                have, want = twin.lstat(), path.lstat()
+                want = path.lstat()
+                if path.is_file() and not path.is_symlink() and not twin.exists():
+                    twin.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, twin)
+                have = twin.lstat()
             except OSError:
                 continue
             if (have.st_uid, have.st_gid) != (want.st_uid, want.st_gid):

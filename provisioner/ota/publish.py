@@ -32,6 +32,7 @@ from provisioner.contracts.release import RELEASE_JSON
 from provisioner.errors import ArtifactError, UserError
 from provisioner.ota import INDEX_FILE, RELEASE_REF_PREFIX, ostree
 from provisioner.ota.commit import extract_repo, release_ota
+from provisioner.ota.secrets import find_secrets
 
 
 @dataclass
@@ -132,15 +133,29 @@ def ed25519_supported(env: ostree.Env = None) -> bool:
             and ostree.help_mentions(("summary",), "--keys-file", env))
 
 
-def _write_index(repo: Path, release: str, entry: dict[str, Any]) -> None:
+def read_index(repo: Path) -> dict[str, Any]:
+    """The repository's ``edge-llm-ota.json`` (a new one when there is none), read before anything changes.
+
+    A damaged or foreign index is refused rather than replaced: a new one would forget every release
+    published before, and tools read it to know what the repository holds.
+    """
     path = repo / INDEX_FILE
-    index: dict[str, Any] = {"format": 1, "releases": {}}
-    if path.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            index = json.loads(path.read_text())
+    if not path.exists():
+        return {"format": 1, "releases": {}}
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: damaged, not readable JSON ({getattr(exc, 'strerror', None) or exc})",
+                        "restore it from a backup, or move it away: publish then starts a new index (the "
+                        "published commits and refs stay)") from None
     if not isinstance(index, dict) or not isinstance(index.get("releases", {}), dict):
         raise UserError(f"{path}: not an edge-llm OTA index (want an object with 'releases')",
                         "move it away; publish writes a new one from the repository's releases")
+    return index
+
+
+def _write_index(repo: Path, index: dict[str, Any], release: str, entry: dict[str, Any]) -> None:
+    path = repo / INDEX_FILE
     index.setdefault("releases", {})[release] = entry
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -150,6 +165,17 @@ def _write_index(repo: Path, release: str, entry: dict[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {exc.strerror}", "free space on the repository's filesystem, then "
                         "publish again (the commit and deltas are already in; publishing is idempotent)") from None
+
+
+def refuse_secrets(src: Path, commit: str, tarball: Path, env: ostree.Env = None) -> None:
+    """One line naming the first file of ``commit`` that holds a secret (:mod:`provisioner.ota.secrets`)."""
+    found = find_secrets(src, commit, env)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise ArtifactError(f"{tarball}: commit {commit[:12]} holds {found[0].what}: {found[0].path}{more}; "
+                            "a published repository is readable by anyone who reaches it",
+                            "take it out of the image and build again (boards make their own host keys; "
+                            "fleet launch writes each board's token)")
 
 
 def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg_key_file: Path | None = None,
@@ -169,16 +195,19 @@ def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg
         raise UserError(f"--ed25519-key-file {ed25519_key_file}: no such file", "give the key file's path")
     release, ota, tarball = _load(release_dir)
     commit, branch = ota["commit"], ota["branch"]
-    init_repo(repo, env)
-    previous = ostree.rev_parse(repo, branch, env)
-    published = ostree.rev_parse(repo, f"{RELEASE_REF_PREFIX}{release}", env)
-    if published and published != commit:
-        raise UserError(f"release {release} is already published as {published[:12]}, this one is {commit[:12]}",
-                        "a release id names one commit; build a new release id")
-    froms = [_resolve_from(repo, r, env) for r in from_revs] or ([previous] if previous else [])
-    froms = sorted({f for f in froms if f != commit})
     with tempfile.TemporaryDirectory(prefix="edge-llm-ota-import-") as tmp:
+        # the commit is read before the repository is touched: once an object is in DIR, anyone can fetch it
         src = extract_repo(tarball, Path(tmp))
+        refuse_secrets(src, commit, tarball, env)
+        init_repo(repo, env)
+        index = read_index(repo)
+        previous = ostree.rev_parse(repo, branch, env)
+        published = ostree.rev_parse(repo, f"{RELEASE_REF_PREFIX}{release}", env)
+        if published and published != commit:
+            raise UserError(f"release {release} is already published as {published[:12]}, this one is "
+                            f"{commit[:12]}", "a release id names one commit; build a new release id")
+        froms = [_resolve_from(repo, r, env) for r in from_revs] or ([previous] if previous else [])
+        froms = sorted({f for f in froms if f != commit})
         ostree.run(repo, "pull-local", "--untrusted", str(src), commit, what=f"import {commit[:12]}", env=env)
     with contextlib.ExitStack() as stack:
         sign_args: list[str] = []
@@ -202,6 +231,6 @@ def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg
         ostree.run(repo, "refs", "--force", f"--create={RELEASE_REF_PREFIX}{release}", commit, what="ref", env=env)
         ostree.run(repo, "refs", "--force", f"--create={branch}", commit, what=f"ref {branch}", env=env)
         ostree.run(repo, "summary", "--update", *sign_args, what="summary", env=env)
-    _write_index(repo, release, {"commit": commit, "branch": branch, "deltas_from": froms, "signed": signed})
+    _write_index(repo, index, release, {"commit": commit, "branch": branch, "deltas_from": froms, "signed": signed})
     return PublishResult(repo=repo, release=release, commit=commit, branch=branch, previous=previous,
                          deltas=froms, signed=signed)

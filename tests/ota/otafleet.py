@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from provisioner.rehearse_ota import keep_etc_owners
+from provisioner.rehearse_ota import keep_board_etc
 from provisioner.sim import host, ostree_board
 from tests.fleet.simfleet import SimFleet
 
@@ -79,12 +79,12 @@ def publish(release: Path, repo: Path) -> str:
 
 def make_ota_boards(fleet: SimFleet, repo: Path, commit: str) -> None:
     """Turn every board of ``fleet`` into an OSTree board running ``commit`` (a sota flash). The board keeps
-    its /etc owners, as the rehearsal's boards do (provisioner.rehearse_ota.keep_etc_owners says why): a
-    launched board's token stays its service user's, so its service does not restart in a loop."""
+    its own /etc (owners, and a token launch wrote), as the rehearsal's boards do
+    (provisioner.rehearse_ota.keep_board_etc says why), so its service does not restart in a loop."""
     for b in fleet.boards.values():
         host.stop_host(b)
         ostree_board.init_sysroot(b, repo, BRANCH, commit)
-        keep_etc_owners(b.rootfs_dir, ostree_board.sysroot(b) / "ostree/deploy" / ostree_board.OSNAME / "deploy")
+        keep_board_etc(b.rootfs_dir, ostree_board.sysroot(b) / "ostree/deploy" / ostree_board.OSNAME / "deploy")
         host.start_host(b, time_scale=0.0)
 
 

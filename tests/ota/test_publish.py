@@ -164,3 +164,20 @@ def test_a_foreign_index_file_is_one_line(cli, tmp_path: Path, two_releases) -> 
     (srv / "edge-llm-ota.json").write_text("[1, 2]\n")
     res = cli("ota", "publish", r1, "--repo", srv)
     assert res.code == 2 and "edge-llm-ota.json: not an edge-llm OTA index" in res.err
+
+
+def test_a_damaged_index_stops_publish_before_anything_moves(cli, tmp_path: Path, two_releases) -> None:
+    """A cut-off edge-llm-ota.json (a full disk, a bad copy) is refused, not silently replaced by an index
+    that forgets every release before this one; the repository is left as it was."""
+    r1, r2 = two_releases
+    srv = tmp_path / "srv"
+    first = cli("ota", "publish", r1, "--repo", srv, "--json")
+    assert first.code == 0, first.err
+    index = srv / "edge-llm-ota.json"
+    damaged = index.read_bytes()[:20]
+    index.write_bytes(damaged)
+    res = cli("ota", "publish", r2, "--repo", srv)
+    assert res.code == 2 and len(res.err.strip().splitlines()) == 1, res.err
+    assert "edge-llm-ota.json: damaged" in res.err and "move it away" in res.err
+    assert index.read_bytes() == damaged
+    assert _ostree("rev-parse", f"--repo={srv}", MACHINE).strip() == json.loads(first.out)["commit"]
