@@ -7,6 +7,7 @@ benchmark, so all three run the runtime with the same executable, environment an
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,43 @@ TOKEN_DIR_NAME = ".edge-llm-tokens"
 # so a board's config says what it enforces): open sockets, requests answered at once, seconds a
 # request head and each body read may take.
 LIMITS = {"max_connections": 2048, "max_handlers": 64, "idle_timeout_s": 10, "read_timeout_s": 10}
+
+
+#: the shortest token edge-llm-serve accepts (its read_token: one word of at least 16 characters)
+TOKEN_MIN_LENGTH = 16
+
+
+def token_file_problem(path: str | Path) -> str | None:
+    """Why the controller's token file of a board must not be pushed (None when it may, or does not exist yet).
+
+    The token is the board's only credential: a file or folder other users can write lets them choose it, a
+    file they can read hands it out (the rule OpenSSH applies to private keys, sshd(8) "StrictModes"). A token
+    the service would refuse (edge-llm-serve read_token: one word of >= 16 characters) would make the healthy
+    service crash-loop on the board, so it is refused here, with the file named, before anything is pushed.
+    """
+    path = Path(path)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"token file {path}: cannot read it ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"token file {path} is not a regular file; remove it and launch again to generate one"
+    folder = path.parent.stat()
+    if folder.st_mode & 0o022:
+        return (f"token folder {path.parent} is writable by other users (mode {folder.st_mode & 0o777:o}); "
+                f"chmod 700 {path.parent}")
+    if st.st_mode & 0o077:
+        return f"token file {path} is open to other users (mode {st.st_mode & 0o777:o}); chmod 600 {path}"
+    try:
+        token = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return f"token file {path} is not ASCII text; remove it and launch again to generate one"
+    if len(token) < TOKEN_MIN_LENGTH or not token.isprintable() or any(c.isspace() for c in token):
+        return (f"token file {path} does not hold a token edge-llm-serve accepts (one word of at least "
+                f"{TOKEN_MIN_LENGTH} characters); remove it and launch again to generate one")
+    return None
 
 
 def controller_token(inventory: Path, host: str) -> str | None:

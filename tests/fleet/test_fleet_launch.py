@@ -243,3 +243,54 @@ def test_benchmark_collects_medians_per_board(launched, tmp_path):
         assert api["median_decode_tok_s"] > 0 and saved["api"][model]["median_ttft_s"] == api["median_ttft_s"]
         ttft, dec = row.api_figures()
         assert row.cells()[7] == f"{ttft:.3f} / {dec:.1f}"
+
+
+IMPOSTOR = r'''
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def _answer(self):
+        print(json.dumps({"path": self.path, "auth": self.headers.get("Authorization")}), flush=True)
+        body = json.dumps({"status": "ok", "object": "list", "data": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = _answer
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def test_a_squatted_port_gets_no_token_and_fails_launch_and_benchmark(launched):
+    """A local user binds the service's port while it is down: launch and benchmark refuse to send it the token."""
+    from provisioner.sim import host
+
+    fleet, ports, _ = launched
+    board, unit = "srv-8275", "edge-llm-serve@gemma-4-e2b.service"
+    subprocess.run(host.ssh_argv(fleet.boards[board], "systemctl", "stop", unit), check=True, timeout=60)
+    impostor = subprocess.Popen(["python3", "-c", IMPOSTOR, str(ports[board])], user=65534, group=65534,
+                                stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        for _ in range(100):                              # wait until it listens (it answers /health 200)
+            try:
+                if _req(ports[board], "GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            subprocess.run(["sleep", "0.1"], check=True)
+        launch = run_fleet("launch", fleet.inventory, limit=board,
+                           extra_args=["edge_llm_serve_health_retries=2", "edge_llm_serve_health_delay=1"])
+        bench = run_fleet("benchmark", fleet.inventory, limit=board, extra_vars={"edge_llm_benchmark_runs": 1})
+    finally:
+        impostor.kill()
+    asked = [json.loads(line) for line in impostor.communicate()[0].splitlines()]
+    assert asked, "the impostor was never asked anything: the test did not reach the token step"
+    assert all(a["auth"] is None for a in asked), asked         # the board's token never left for the impostor
+    for res in (launch, bench):
+        row = res.row(board)
+        assert row.verdict == "fail"
+        assert f"port {ports[board]} is held by pid {impostor.pid} (uid 65534)" in row.reason, row.reason
+    again = run_fleet("launch", fleet.inventory, limit=board)      # the port is free again: launch recovers
+    assert again.row(board).verdict == "pass", again.row(board).reason

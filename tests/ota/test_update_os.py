@@ -39,7 +39,9 @@ def ota(tmp_path_factory):
              # rolling order is the inventory's (sorted): the failing board's batch comes first
              BoardSpec("mf1-noboot-8275", "iq-8275-evk", faults=("ota-no-boot",), vars=of.SIM_VARS),
              BoardSpec("mf2-good-8275", "iq-8275-evk", vars=of.SIM_VARS),
-             BoardSpec("mf3-good-8275", "iq-8275-evk", vars=of.SIM_VARS)]
+             BoardSpec("mf3-good-8275", "iq-8275-evk", vars=of.SIM_VARS),
+             BoardSpec("moved-8275", "iq-8275-evk", vars=of.SIM_VARS),
+             BoardSpec("plain-8275", "iq-8275-evk", vars=of.SIM_VARS)]          # flashed without OSTree
     fleet = build_fleet(base / "sim", specs, cache=base / "cache")
     repo = base / "srv"
     rootfs = fleet.rootfs("good-8275")
@@ -48,7 +50,7 @@ def ota(tmp_path_factory):
                                                             {"usr/lib/edge-llm/security-fix.txt": b"fixed\n" * 100}))
     of.publish(rel1, repo)
     assert f"static delta {c1[:12]} -> {c2[:12]}" in of.publish(rel2, repo)
-    of.make_ota_boards(fleet, repo, c1)
+    of.make_ota_boards(fleet, repo, c1, skip=("plain-8275",))
     # two boards serve their models (fleet launch enables the instance, so it starts again after the OTA
     # reboot and the gate also goes through the API); the others were never launched
     launch = run_fleet("launch", fleet.inventory, limit="good-8275,badnpu-8275", log_path=base / "launch.log")
@@ -134,6 +136,44 @@ def test_max_fail_percentage_stops_the_rollout_before_the_next_batch(ota):
     assert rows.get("mf3-good-8275", {}).get("changed", 0) == 0
 
 
+def _wait_for_ssh(board, timeout_s=120):
+    """Until the board's sshd accepts a connection (a rebooting virtual board has none for a moment)."""
+    from provisioner.sim import host
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if subprocess.run(host.ssh_argv(board, "true"), capture_output=True, timeout=60).returncode == 0:
+            return
+        time.sleep(0.5)
+
+
+def test_a_board_whose_remote_names_an_old_url_pulls_from_this_runs_repo(ota):
+    """The repository moved: the board's edge-llm remote still names the old URL (nothing answers there), and
+    update-os --repo names the new one. The board pulls from --repo and its remote now names it."""
+    fleet, base, server, c1, c2, rel = ota
+    repo = fleet.boards["moved-8275"].dir / "sysroot/ostree/repo"
+    of.ostree(f"--repo={repo}", "remote", "add", "--no-gpg-verify", "edge-llm", f"http://127.0.0.1:{free_port()}/old")
+    mark = server.mark()
+    proc, rows = _update(fleet, rel, server.url, base / "r-moved.json", "--limit", "moved-8275")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert rows["moved-8275"]["verdict"] == "pass", rows["moved-8275"]
+    assert of.booted(fleet, "moved-8275") == c2
+    assert any("/deltas/" in h.path for h in server.since(mark))          # pulled from this run's repository
+    assert of.ostree(f"--repo={repo}", "remote", "show-url", "edge-llm") == server.url
+
+
+def test_a_board_without_ostree_is_named_as_such_with_and_without_check(ota):
+    """A board flashed without OSTree cannot take a whole-image update: --check must not promise one."""
+    fleet, base, server, c1, c2, rel = ota
+    for more in (("--check",), ()):
+        proc, rows = _update(fleet, rel, server.url, base / "r-plain.json", "--limit", "plain-8275", *more)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        row = rows["plain-8275"]
+        assert row["verdict"] == "fail" and "not an OSTree board" in row["reason"], row
+        assert "would update" not in json.dumps(row) and "not an OSTree board" in proc.stdout + proc.stderr
+    assert not (fleet.boards["plain-8275"].dir / "sysroot").exists()
+
+
 def test_killed_update_reruns_to_a_clean_deployment(ota):
     fleet, base, server, c1, c2, rel = ota
     log = base / "killed.log"
@@ -148,6 +188,7 @@ def test_killed_update_reruns_to_a_clean_deployment(ota):
         time.sleep(0.1)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    _wait_for_ssh(fleet.boards["killed-8275"])      # the board was mid-reboot: the rerun starts once it is back
     proc2, rows = _update(fleet, rel, server.url, base / "r-killed.json", "--limit", "killed-8275")
     assert proc2.returncode == 0, proc2.stdout + proc2.stderr
     assert rows["killed-8275"]["verdict"] == "pass", rows["killed-8275"]

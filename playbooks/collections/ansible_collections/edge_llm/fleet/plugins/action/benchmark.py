@@ -70,7 +70,8 @@ class ActionModule(BoardAction):
             except ValueError as exc:
                 raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
             # the API bench runs in the same board call, after the smoke runs: one call per board
-            more["api"] = {"instances": [{k: i[k] for k in ("model", "port", "bind")} for i in plan["instances"]],
+            keep = ("model", "unit", "port", "bind")       # unit: the listener is checked before the token goes
+            more["api"] = {"instances": [{k: i[k] for k in keep} for i in plan["instances"]],
                            "token_file": plan["token_file"],
                            "address": args.get("address") or self._address(task_vars), "runs": runs,
                            "prompt": expect.prompt, "max_tokens": expect.max_tokens,

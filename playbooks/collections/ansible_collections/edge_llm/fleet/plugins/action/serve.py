@@ -13,7 +13,12 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, service
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import (
+    BoardAction,
+    inventory,
+    serve_config,
+    service,
+)
 
 #: the token's alphabet and length (43 letters/digits: ~256 bits), as ansible.builtin.password generates it
 TOKEN_CHARS = ["ascii_letters", "digits"]
@@ -35,9 +40,16 @@ class ActionModule(BoardAction):
         run before the first launch, which must not create it."""
         if self._play_context.check_mode and not os.path.exists(path):
             return None
+        why = serve_config.token_file_problem(path)         # form and modes, before anything is pushed
+        if why:
+            raise AnsibleActionFail(why)
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.password", loader=self._loader,
                                                            templar=self._templar)
-        return str(lookup.run([path], variables=task_vars, chars=TOKEN_CHARS, length=TOKEN_LENGTH)[0])
+        token = str(lookup.run([path], variables=task_vars, chars=TOKEN_CHARS, length=TOKEN_LENGTH)[0])
+        why = serve_config.token_file_problem(path)
+        if why:
+            raise AnsibleActionFail(why)
+        return token
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import statistics
+import subprocess
 import time
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -115,6 +117,86 @@ def stream_once(inst, token, prompt, max_tokens, timeout):
     return {"ttft_s": round(first - t0, 4), "tokens": chunks, "decode_tok_s": decode, "runtime_decode_tok_s": runtime}
 
 
+#: /proc/net/tcp's "st" column for a listening socket (include/net/tcp_states.h: TCP_LISTEN = 10)
+TCP_LISTEN = "0A"
+
+
+def _listening_inodes(port):
+    """Inodes of every TCP socket listening on ``port`` (any address, IPv4 and IPv6), from /proc/net/tcp{,6}.
+
+    Columns per proc(5): sl, local_address (hex addr:port), rem_address, st, ..., uid, timeout, inode.
+    """
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == TCP_LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def _socket_inodes(pid):
+    """Socket inodes among the open files of process ``pid`` (its /proc/<pid>/fd links "socket:[inode]")."""
+    found = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            found.add(link[8:-1])
+    return found
+
+
+def _holder(inodes):
+    """'pid N (uid U)' of a process holding one of ``inodes`` (what an operator needs to find it)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _socket_inodes(entry) & inodes:
+            try:
+                uid = os.stat(f"/proc/{entry}").st_uid
+            except OSError:
+                uid = "?"
+            return f"pid {entry} (uid {uid})"
+    return "another process"
+
+
+def listener_problem(inst, systemctl="systemctl"):
+    """Why the token must not be sent to the instance's port (None when its unit's own process listens there).
+
+    A local user can bind the service's port while the service restarts; the real service then fails with
+    "address in use", and a client that only knows host and port would hand the board's bearer token to the
+    impostor. So before any request that carries the token, every socket listening on the port must belong
+    to the main process of the instance's systemd unit (``systemctl show -p MainPID``, systemctl(1)).
+    """
+    port, unit = int(inst["port"]), str(inst.get("unit") or "")
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return f"nothing listens on port {port}"
+    if not unit:
+        return f"no unit named for port {port}: cannot tell who listens there"
+    try:
+        out = subprocess.run([systemctl, "show", "-p", "MainPID", "--value", unit], capture_output=True,
+                             text=True, timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot ask systemd for {unit}'s process ({exc})"
+    pid = out if out.isdigit() else "0"
+    stray = inodes - (_socket_inodes(pid) if pid != "0" else set())
+    if stray:
+        whose = f"{unit} (MainPID {pid})" if pid != "0" else f"{unit}, which is not running"
+        return (f"port {port} is held by {_holder(stray)}, not by {whose}: the token was not sent "
+                f"(another process took the port; stop it and restart {unit})")
+    return None
+
+
 def read_token(path):
     """The token in ``path`` (None if it cannot be read or is empty)."""
     try:
@@ -130,6 +212,10 @@ def probe(instances, token, address):
     for inst in instances:
         model = str(inst["model"])
         endpoints[model] = endpoint(inst, address)
+        why = listener_problem(inst)
+        if why:
+            problems.append(f"{model}: {why}")
+            continue
         try:
             ok, _ = request(inst, "GET", "/v1/models", token)
             anon, _ = request(inst, "GET", "/v1/models", None)
@@ -148,7 +234,8 @@ def bench(instances, token, address, runs, prompt, max_tokens, timeout):
     out = {}
     for inst in instances:
         done, errors = [], []
-        for _ in range(max(1, int(runs))):
+        why = listener_problem(inst)
+        for _ in range(0 if why else max(1, int(runs))):
             try:
                 done.append(stream_once(inst, token, prompt, int(max_tokens), int(timeout)))
             except (OSError, ValueError, RuntimeError, http.client.HTTPException) as exc:
@@ -156,6 +243,7 @@ def bench(instances, token, address, runs, prompt, max_tokens, timeout):
         ttfts = [r["ttft_s"] for r in done]
         decs = [r["decode_tok_s"] for r in done if r["decode_tok_s"] is not None]
         rts = [r["runtime_decode_tok_s"] for r in done if r["runtime_decode_tok_s"] is not None]
+        errors += [why] if why else []
         out[str(inst["model"])] = {
             "endpoint": endpoint(inst, address), "n": len(done), "failed": len(errors), "errors": errors[:3],
             "runs": done, "median_ttft_s": round(statistics.median(ttfts), 4) if ttfts else None,

@@ -22,14 +22,15 @@ from ansible.plugins.action import ActionBase
 
 try:
     from provisioner.contracts import inventory
-    from provisioner.fleet import deploy_index, deploy_steps, probe, service, update_os, verdict
+    from provisioner.fleet import deploy_index, deploy_steps, probe, serve_config, service, update_os, verdict
 except ImportError as exc:
     MISSING = f"{exc}"
-    inventory = deploy_index = deploy_steps = probe = service = update_os = verdict = None
+    inventory = deploy_index = deploy_steps = probe = serve_config = service = update_os = verdict = None
 else:
     MISSING = ""
 
-__all__ = ["BoardAction", "deploy_index", "deploy_steps", "inventory", "probe", "service", "update_os", "verdict"]
+__all__ = ["BoardAction", "deploy_index", "deploy_steps", "inventory", "probe", "serve_config", "service", "update_os",
+           "verdict"]
 
 
 class BoardAction(ActionBase):
