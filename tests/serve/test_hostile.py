@@ -12,8 +12,6 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from provisioner.fleet.onboard import SERVE_SCRIPT
-
 from .test_openai_api import raw
 
 ROUTES = {"/health", "/livez", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions"}
@@ -208,9 +206,4 @@ def test_a_generation_that_never_ends_is_stopped_at_timeout_s(start_board, runti
     err = json.loads(body)["error"]
     assert status == 500 and err["code"] == "runtime_error" and "did not finish within 1 s" in err["message"]
     assert raw(board, "GET", "/health")[0] == 200
-
-
-def test_the_unit_does_not_restart_a_service_that_refused_its_config():
-    unit = (SERVE_SCRIPT.parent / "edge-llm-serve@.service").read_text()
-    assert "RestartPreventExitStatus=2" in unit
 
