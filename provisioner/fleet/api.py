@@ -6,6 +6,7 @@ prints - progress goes to ``on_event`` (the CLI renders it), the result is the r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,18 @@ def parse_extra(pairs: Iterable[str]) -> list[str]:
     return out
 
 
+def check_report_path(path: Path | str) -> None:
+    """One line, before the run, when the report could not be written where the user asked."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise FleetError(f"--report {path}: is a folder", "name a file, e.g. --report fleet.json")
+    if not folder.is_dir():
+        raise FleetError(f"--report {path}: folder {folder} does not exist", "create it or name another file")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise FleetError(f"--report {path}: not writable by this user", "name a file in a folder you can write")
+
+
 def run_fleet(action: str, inventory: Path | str, *, limit: str | None = None,
               extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (),
               report_path: Path | None = None, dry_run: bool = False, tags: str | None = None,
@@ -41,6 +54,8 @@ def run_fleet(action: str, inventory: Path | str, *, limit: str | None = None,
     """
     if action not in ACTIONS:
         raise FleetError(f"unknown fleet action '{action}'", f"use one of: {', '.join(ACTIONS)}")
+    if report_path:
+        check_report_path(report_path)        # before any board is touched, not after the whole run
     hosts = list_hosts(inventory, limit, env=dict(env) if env is not None else None)
     if not hosts:
         raise FleetError(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""),

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner.errors import FleetError
 from provisioner.fleet.inventory import Host, atomic_write
 from provisioner.fleet.runner import EventCollector, FleetRun, HostOutcome
 
@@ -150,7 +151,12 @@ class FleetReport:
         path = Path(path)
         text = self.to_csv() if path.suffix.lower() == ".csv" else json.dumps(self.as_dict(), indent=2,
                                                                               sort_keys=True, default=str) + "\n"
-        atomic_write(path, text)
+        try:
+            atomic_write(path, text)
+        except OSError as exc:                 # full disk, a folder removed meanwhile
+            raise FleetError(f"cannot write the report {path}: {exc.strerror or exc}",
+                             "free space or name another file with --report; the boards' state is unchanged "
+                             "by this") from None
         return path
 
 
