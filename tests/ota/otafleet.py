@@ -77,11 +77,13 @@ def publish(release: Path, repo: Path) -> str:
     return proc.stdout
 
 
-def make_ota_boards(fleet: SimFleet, repo: Path, commit: str) -> None:
+def make_ota_boards(fleet: SimFleet, repo: Path, commit: str, skip: tuple[str, ...] = ()) -> None:
     """Turn every board of ``fleet`` into an OSTree board running ``commit`` (a sota flash). The board keeps
     its own /etc (owners, and a token launch wrote), as the rehearsal's boards do
     (provisioner.rehearse_ota.keep_board_etc says why), so its service does not restart in a loop."""
-    for b in fleet.boards.values():
+    for name, b in fleet.boards.items():
+        if name in skip:                 # stays a board flashed without OSTree
+            continue
         host.stop_host(b)
         ostree_board.init_sysroot(b, repo, BRANCH, commit)
         keep_board_etc(b.rootfs_dir, ostree_board.sysroot(b) / "ostree/deploy" / ostree_board.OSNAME / "deploy")

@@ -17,9 +17,11 @@ description:
   - O(mode=state) reports the booted deployment (the one the kernel command line's C(ostree=) names, which
     ostree-prepare-root follows), the deployments C(ostree admin status) lists (default first), whether the
     commit is complete in the board's repository, and the armed trial (boot counting).
-  - O(mode=stage) adds the remote, pulls the commit (a static delta when the repository has one; a cut pull
-    resumes from the repository's staging directory, retried), deploys it and arms boot counting. An up-to-date
-    board (booted on the commit, no trial armed) is left alone. Returns the pull summary ostree printed.
+  - O(mode=stage) refuses a board that did not boot an OSTree deployment (no C(ostree=) kernel argument), points
+    the remote at O(repo_url) (replacing an older URL), pulls the commit (a static delta when the repository has
+    one; a cut pull resumes from the repository's staging directory, retried), deploys it and arms boot counting.
+    An up-to-date board (booted on the commit, no trial armed) gets only the remote's URL corrected. Returns the
+    pull summary ostree printed.
   - O(mode=commit) disarms boot counting: the booted deployment stays the default.
   - O(mode=rollback) undeploys the failed deployment (the previous one is the default again) and disarms boot
     counting; RV(reboot) says whether the board still runs the failed deployment.
@@ -84,14 +86,20 @@ def run(argv):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def booted_checksum(sysroot):
-    """The deployment the kernel's ``ostree=`` argument names (ostree-prepare-root follows that link)."""
+def ostree_karg():
+    """The kernel's ``ostree=`` argument: what ostree-prepare-root boots, so a board without it is not an
+    OSTree board (ostree docs, "Deployments" and ostree-prepare-root.service)."""
     try:
         with open("/proc/cmdline", encoding="utf-8") as fh:
             args = fh.read().split()
     except OSError:
         return ""
-    arg = next((a[len("ostree="):] for a in args if a.startswith("ostree=")), "")
+    return next((a[len("ostree="):] for a in args if a.startswith("ostree=")), "")
+
+
+def booted_checksum(sysroot):
+    """The deployment the kernel's ``ostree=`` argument names (ostree-prepare-root follows that link)."""
+    arg = ostree_karg()
     if not arg:
         return ""
     path = os.path.join(sysroot, arg.lstrip("/"))
@@ -125,26 +133,57 @@ def fail(module, msg, state=None, **extra):
     module.fail_json(msg=msg, state=state or {}, **extra)
 
 
+def not_ostree_board(p, state):
+    """Why this board cannot take an OSTree update (None when it can): it did not boot an OSTree deployment."""
+    if state["booted"]:
+        return None
+    arg = ostree_karg()
+    if not arg:
+        return ("not an OSTree board: its kernel command line has no ostree= argument (flash a "
+                "qcom-distro-sota image first; update-os replaces whole OSTree images only)")
+    return (f"the kernel's ostree={arg} names no deployment under {p['sysroot']} "
+            "(set edge_llm_update_os_sysroot to the board's physical root)")
+
+
+def remote_url(repo, remote):
+    """The URL the board's remote names now (``ostree remote show-url``, ostree-remote(1)); "" when none."""
+    rc, out, _err = run([ostree_exe(), f"--repo={repo}", "remote", "show-url", remote])
+    return out.strip() if rc == 0 else ""
+
+
+def set_remote(module, repo, p, state):
+    """Point the remote at this run's repository: a board keeps pulling from whatever URL its remote names,
+    so one added for an earlier URL is replaced (``ostree remote add --force``: "Replace the provided remote
+    if it exists", ostree-remote(1))."""
+    rc, _out, err = run([ostree_exe(), f"--repo={repo}", "remote", "add", "--force", "--no-gpg-verify",
+                         p["remote"], p["repo_url"]])
+    if rc != 0:
+        fail(module, f"ostree remote add {p['remote']} {p['repo_url']}: {err.strip()[-300:]}", state)
+
+
 def stage(module, p, state):
     commit = p["commit"]
+    why = not_ostree_board(p, state)
+    if why:
+        fail(module, why, state)
+    repo = os.path.join(p["sysroot"], "ostree/repo")
+    moved = remote_url(repo, p["remote"]) != p["repo_url"]
+    if moved and not module.check_mode:
+        set_remote(module, repo, p, state)
     up_to_date = state["booted"] == commit and state["trial"] != commit
-    result = {"state": state, "up_to_date": up_to_date, "reboot": False, "pull": "", "changed": False}
+    result = {"state": state, "up_to_date": up_to_date, "reboot": False, "pull": "", "changed": moved}
     if up_to_date:
         return dict(result, edge_llm=payload("up-to-date", state, commit))
     if state["booted"] == commit:
         # the controller stopped after the reboot into the trial: nothing to stage, the gate decides
         return dict(result, edge_llm=payload("staged", state, commit))
     result.update(changed=True, reboot=True)
-    todo = [s for s, need in (("pull", not state["have"]), ("deploy", commit not in state["deployments"]),
-                              ("arm", state["trial"] != commit)) if need]
+    todo = [s for s, need in (("remote", moved), ("pull", not state["have"]),
+                              ("deploy", commit not in state["deployments"]), ("arm", state["trial"] != commit))
+            if need]
     if module.check_mode:
         return dict(result, would=todo, edge_llm=payload("would update", state, commit))
     sysroot = p["sysroot"]
-    repo = os.path.join(sysroot, "ostree/repo")
-    rc, _out, err = run([ostree_exe(), f"--repo={repo}", "remote", "add", "--if-not-exists", "--no-gpg-verify",
-                         p["remote"], p["repo_url"]])
-    if rc != 0:
-        fail(module, f"ostree remote add {p['remote']} {p['repo_url']}: {err.strip()[-300:]}", state)
     pull = ""
     if "pull" in todo:
         # the static delta from the running commit is used when published; a cut pull resumes
