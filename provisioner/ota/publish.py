@@ -1,6 +1,9 @@
 """`provisioner ota publish RELEASE --repo DIR`: a release's OSTree commit into a static archive repository.
 
-Static files only, so any HTTP server or CDN serves DIR. Order matters for boards pulling while we
+Static files only, so any HTTP server or CDN serves DIR, and anyone who reaches it can read every
+object. So before DIR is touched the commit is read from the release's tarball and refused, one line
+naming the file, when it holds a secret we know the shape of (:mod:`provisioner.ota.secrets`), and a
+damaged ``edge-llm-ota.json`` is refused rather than replaced. Order matters for boards pulling while we
 publish: objects first (``pull-local --untrusted``: every object's checksum verified), then the
 signature and static deltas, and only then the refs and the summary that make the commit visible.
 
