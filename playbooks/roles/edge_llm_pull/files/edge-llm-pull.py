@@ -28,7 +28,8 @@ CALLBACK = "edge_llm.fleet.events"
 
 
 def pull_argv(cfg: dict) -> list[str]:
-    argv = [cfg["ansible_pull"], "-U", cfg["url"], "-d", cfg["checkout"], "-i", cfg["inventory"],
+    """ansible-pull's argv, with the URL's credential left out (argv is world-readable in /proc/<pid>/cmdline)."""
+    argv = [cfg["ansible_pull"], "-U", public_url(cfg["url"]), "-d", cfg["checkout"], "-i", cfg["inventory"],
             "-l", cfg["name"]]
     if cfg.get("branch"):
         argv += ["-C", cfg["branch"]]
@@ -47,12 +48,36 @@ def public_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def pull_env(cfg: dict) -> dict[str, str]:
-    """The events callback for the playbook (ad-hoc git checkout keeps its own output), the checkout's ansible.cfg."""
+def git_credentials(cfg: dict, path: Path) -> Path | None:
+    """Where git finds the URL's user:password, if it has one: ``path``, a git-credential-store file (0600).
+
+    The credential never travels in an argv or an environment: git's own ``store`` helper reads it from the
+    file (git-credential-store(1): one ``https://user:pass@host`` line per credential), named to git through
+    GIT_CONFIG_COUNT/KEY/VALUE (git-config(1) ENVIRONMENT), which holds the file's path only.
+    """
+    parts = urllib.parse.urlsplit(cfg["url"])
+    if not parts.password and not parts.username:
+        return None
+    line = urllib.parse.urlunsplit(parts._replace(path="", query="", fragment="")) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(line)
+    os.replace(tmp, path)
+    return path
+
+
+def pull_env(cfg: dict, credentials: Path | None = None) -> dict[str, str]:
+    """The events callback for the playbook (ad-hoc git checkout keeps its own output), the checkout's ansible.cfg,
+    and git's credential-store helper on ``credentials`` (see :func:`git_credentials`)."""
     playbook_dir = Path(cfg["checkout"], cfg["playbook"]).parent
     env = dict(os.environ)
     env.update({"ANSIBLE_STDOUT_CALLBACK": CALLBACK, "ANSIBLE_CONFIG": str(playbook_dir / "ansible.cfg"),
                 "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_RETRY_FILES_ENABLED": "0"})
+    if credentials is not None:
+        n = int(env.get("GIT_CONFIG_COUNT") or 0)
+        env.update({"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "credential.helper",
+                    f"GIT_CONFIG_VALUE_{n}": f"store --file={credentials}"})
     return env
 
 
@@ -77,7 +102,8 @@ def main(config: str) -> int:
     reports = Path(cfg["reports"])
     reports.mkdir(parents=True, exist_ok=True)
     report, pending = reports / f"{cfg['name']}.jsonl", reports / f"{cfg['name']}.pending"
-    proc = subprocess.run(pull_argv(cfg), env=pull_env(cfg), capture_output=True, text=True)
+    creds = git_credentials(cfg, Path(config).with_name("git-credentials"))
+    proc = subprocess.run(pull_argv(cfg), env=pull_env(cfg, creds), capture_output=True, text=True)
     events, other = [], []
     for line in proc.stdout.splitlines():
         try:
