@@ -47,6 +47,10 @@ from tests.sim.servehelp import start_service  # noqa: E402
 PROMPT = "Explain what Qualcomm is in two sentences."
 
 
+#: the bench's client: the board's bearer token rides in its headers (set when the board's service starts)
+HTTP = requests.Session()
+
+
 def start_board(root: Path, board_id: str, serial: str) -> tuple[VirtualBoard, str, str, float]:
     """A booted board serving its manifest's first model; returns (board, base url, model, runtime ttft)."""
     vb = VirtualBoard.create(root, board_id, serial, f"1-{serial[-1]}.1")
@@ -56,7 +60,8 @@ def start_board(root: Path, board_id: str, serial: str) -> tuple[VirtualBoard, s
     host.start_host(vb, time_scale=1.0)
     m = manifest.models[0]
     try:
-        url, _ = start_service(vb, root)
+        url, _, token = start_service(vb, root)
+        HTTP.headers["Authorization"] = f"Bearer {token}"      # the service takes no request without it
     except RuntimeError as exc:
         raise SystemExit(str(exc)) from None
     ttft = catalog.board(board_id).expected(m.name, "qli").ttft_s
@@ -72,7 +77,7 @@ def first_chunk_s(url: str, model: str, abandon: bool = False) -> float:
     """
     t0 = time.monotonic()
     first = None
-    with requests.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 64,
+    with HTTP.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 64,
                                                        "stream": True}, stream=True, timeout=120) as r:
         for line in r.iter_lines(chunk_size=1):   # no client-side 512-byte buffering
             if (first is None and line.startswith(b"data: ") and line != b"data: [DONE]"
@@ -93,7 +98,7 @@ def after_abandon_s(url: str, model: str) -> float:
 
 def one_token_s(url: str, model: str) -> float:
     t0 = time.monotonic()
-    r = requests.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 1}, timeout=120)
+    r = HTTP.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 1}, timeout=120)
     r.raise_for_status()
     return time.monotonic() - t0
 
@@ -102,7 +107,7 @@ def throughput(url: str, model: str, clients: int, per_client: int) -> tuple[flo
     def client(_i: int) -> tuple[int, int]:
         toks = fails = 0
         for _ in range(per_client):
-            r = requests.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 48},
+            r = HTTP.post(url + "/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 48},
                               timeout=300)
             if r.status_code == 200:
                 toks += r.json()["usage"]["completion_tokens"]

@@ -19,8 +19,8 @@ pytestmark = [needs_root, pytest.mark.root]
 @pytest.mark.parametrize("board_id", ["iq-8275-evk", "iq-9075-evk"])
 def test_openai_client_on_a_virtual_board(module_boards, board_id):
     vb = module_boards.start(board_id)
-    url, model = start_service(vb, module_boards.root)
-    c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+    url, model, token = start_service(vb, module_boards.root)
+    c = openai.OpenAI(base_url=url + "/v1", api_key=token, max_retries=0, timeout=60)
     assert [m.id for m in c.models.list().data] == [model]
     chat = c.chat.completions.create(model=model, max_tokens=8,
                                      messages=[{"role": "user", "content": "Explain what Qualcomm is."}])
