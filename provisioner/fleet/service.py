@@ -41,6 +41,8 @@ def unit_text(user: str = "llm") -> str:
         "LimitMEMLOCK=infinity\n"
         "Restart=on-failure\n"
         "RestartSec=2\n"
+        "# exit 2: edge-llm-serve refused its config (no token, bad bind); a restart cannot help (systemd.service(5))\n"
+        "RestartPreventExitStatus=2\n"
         "NoNewPrivileges=yes\n"
         "\n"
         "[Install]\n"

@@ -646,7 +646,10 @@ def _supervise(mgr: Manager, unit: Unit, restart: str, restart_sec: float, stopp
             return
         failed = code != 0
         _log(f"{name}: Main process exited, code={'exited' if code >= 0 else 'killed'}, status={code}")
-        if restart == "always" or (restart in ("on-failure", "on-abnormal", "on-abort") and failed):
+        # systemd.service(5) RestartPreventExitStatus=: listed exit codes prevent the restart whatever Restart= says
+        prevent = {int(v) for v in " ".join(unit.values("Service", "RestartPreventExitStatus")).split() if v.isdigit()}
+        if code not in prevent and (restart == "always"
+                                    or (restart in ("on-failure", "on-abnormal", "on-abort") and failed)):
             n_restarts += 1
             mgr.write_state(name, active="activating", sub="auto-restart", main_pid=0, exit_status=code,
                             result="exit-code" if failed else "success", n_restarts=n_restarts)

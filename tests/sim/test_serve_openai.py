@@ -34,3 +34,30 @@ def test_openai_client_on_a_virtual_board(module_boards, board_id):
     with pytest.raises(openai.NotFoundError) as exc:
         c.completions.create(model="gpt-4", prompt="x")
     assert exc.value.body["code"] == "model_not_found"
+
+
+def test_a_service_without_its_token_stops_and_is_not_restarted(module_boards):
+    """edge-llm-serve exits 2 without its token file, and RestartPreventExitStatus=2 keeps systemd from
+    restarting it every RestartSec: the unit stays failed with one clear line in its journal."""
+    import subprocess
+    import time
+
+    from provisioner.fleet import serve_config
+    from provisioner.sim import host
+
+    vb = module_boards.start("iq-8275-evk")
+    _url, model, _token = start_service(vb, module_boards.root)
+    unit = f"edge-llm-serve@{model}.service"
+
+    def on_board(*cmd: str) -> str:
+        return subprocess.run(host.ssh_argv(vb, *cmd), capture_output=True, text=True, timeout=60).stdout.strip()
+
+    on_board("rm", "-f", serve_config.TOKEN_FILE)
+    on_board("systemctl", "restart", unit)
+    for _ in range(50):
+        if on_board("systemctl", "show", "-p", "ActiveState", "--value", unit) == "failed":
+            break
+        time.sleep(0.2)
+    time.sleep(3)                                           # longer than RestartSec=2: no restart came
+    assert on_board("systemctl", "show", "-p", "ActiveState", "--value", unit) == "failed"
+    assert on_board("systemctl", "show", "-p", "NRestarts", "--value", unit) == "0"
