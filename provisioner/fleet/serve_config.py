@@ -24,8 +24,10 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TOKEN_DIR_NAME = ".edge-llm-tokens"
 # Connection limits the fleet writes into every config (edge-llm-serve's own defaults, made explicit
 # so a board's config says what it enforces): open sockets, requests answered at once, seconds a
-# request head and each body read may take.
-LIMITS = {"max_connections": 2048, "max_handlers": 64, "idle_timeout_s": 10, "read_timeout_s": 10}
+# request head and each body read may take, open sockets per client address, seconds a whole body may take.
+# The values are the service's own DEFAULTS, so the two can never disagree.
+LIMITS = {k: serve.DEFAULTS[k] for k in ("max_connections", "max_client_connections", "max_handlers",
+                                         "idle_timeout_s", "read_timeout_s", "body_timeout_s")}
 
 
 #: the shortest token edge-llm-serve accepts (its read_token: one word of at least 16 characters)
