@@ -80,7 +80,9 @@ def start_board(tmp_path, standin_libs):
     boards: list[Board] = []
 
     def start(runtime: str = "litert_lm", token: bool = True, timings: dict[str, int] | None = None,
-              wait: bool = True, **extra) -> Board:
+              wait: bool = True, listen: socket.socket | None = None, **extra) -> Board:
+        """``listen``: a listening socket handed over as systemd's socket activation does (sd_listen_fds(3):
+        fd 3, LISTEN_FDS=1, LISTEN_PID the service's own pid: a small exec wrapper knows it, exec keeps it)."""
         n = len(boards)
         mdir = tmp_path / f"model{n}"
         mdir.mkdir()
@@ -104,9 +106,18 @@ def start_board(tmp_path, standin_libs):
         log = tmp_path / f"serve{n}.log"
         spec = ",".join(f"{k}={v}" for k, v in (timings or {}).items())
         child_env = {k: v for k, v in os.environ.items() if k != BOARDLESS} | {BOARDLESS: spec}
-        proc = subprocess.Popen([sys.executable, str(SERVE_SCRIPT), "serve", "--config", str(cfg_path)],
-                                stdout=subprocess.DEVNULL, stderr=log.open("w"), env=child_env)
-        board = Board(proc, cfg["port"], TOKEN if token else None, log, cfg_path)
+        argv = [sys.executable, str(SERVE_SCRIPT), "serve", "--config", str(cfg_path)]
+        keep: tuple[int, ...] = ()
+        if listen is not None:
+            fd = listen.fileno()
+            handover = (f"import os, sys; os.dup2({fd}, 3); os.close({fd}); "
+                        "os.environ['LISTEN_PID'] = str(os.getpid()); os.execv(sys.argv[1], sys.argv[1:])")
+            argv = [sys.executable, "-c", handover, *argv]
+            child_env |= {"LISTEN_FDS": "1", "LISTEN_FDNAMES": "edge-llm-serve@test.socket"}
+            keep = (fd,)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=child_env, pass_fds=keep)
+        board = Board(proc, listen.getsockname()[1] if listen is not None else cfg["port"], TOKEN if token else None,
+                      log, cfg_path)
         boards.append(board)
         if wait:
             board.wait_ready()
