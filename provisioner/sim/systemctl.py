@@ -15,6 +15,14 @@ boot or ``daemon-reexec``, else systemd's 8M) and execs ``ExecStart=``; it recor
 and restarts per ``Restart=``/``RestartSec=`` with systemd's start-rate limit. Output goes to a
 per-unit journal file (``journalctl -u`` is not emulated; ``status`` shows the tail).
 
+Socket units (``X.socket``, Accept=no, ``ListenStream=`` on IP addresses) work as systemd.socket(5) says:
+``start`` binds and listens as root, and a detached *socket holder* process keeps the listening sockets
+until ``stop``, so the port stays the manager's while the service stops, restarts or fails. The
+same-named ``X.service`` gets them as fds 3, 4, ... with ``LISTEN_FDS``/``LISTEN_PID``/``LISTEN_FDNAMES``
+(sd_listen_fds(3)) each time it is started: the service's runner fetches them from the holder over a
+root-only unix socket (SCM_RIGHTS), so they are the very sockets the holder listens on. A connection
+while the service is not running makes the holder start it (systemd.socket(5) Accept=no).
+
 ``cdsprpcd.service`` (QLI's FastRPC daemon) is built in: there is no DSP to serve, so it is a
 unit without a process that is active from boot unless stopped. Only the standard library is
 imported: this runs under the board's python as root.
@@ -25,15 +33,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import grp
+import hashlib
+import ipaddress
 import json
 import os
 import pwd
 import re
 import resource
+import select
 import shlex
 import signal
+import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +65,11 @@ BUILTIN_UNITS = {
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 START_LIMIT_BURST = 5
 START_LIMIT_INTERVAL_S = 10.0
+MAXFD = 65536
+# systemd.socket(5) Backlog=: "Defaults to SOMAXCONN" in old releases; socket.c now passes INT_MAX
+# (SOMAXCONN_DELUXE), which the kernel caps at net.core.somaxconn: the same queue either way.
+SOMAXCONN_DELUXE = 2**31 - 1
+SD_LISTEN_FDS_START = 3     # sd_listen_fds(3): the first passed descriptor
 
 
 class UnitError(Exception):
@@ -97,6 +115,76 @@ def parse_ini(text: str) -> dict[str, list[tuple[str, str]]]:
             k, v = line.split("=", 1)
             out.setdefault(section, []).append((k.strip(), v.strip()))
     return out
+
+
+def parse_boolean(text: str) -> bool:
+    """systemd's boolean words (systemd.syntax(7)): 1/yes/y/true/t/on, else false."""
+    return text.strip().lower() in ("1", "yes", "y", "true", "t", "on")
+
+
+@dataclass(frozen=True)
+class ListenAddress:
+    """One ``ListenStream=`` entry of a socket unit, as the socket(2)/bind(2) arguments it stands for."""
+
+    text: str
+    family: int
+    host: str
+    port: int
+
+
+def ipv6_supported() -> bool:
+    """Whether the kernel has IPv6 (systemd's socket_ipv6_is_supported() looks at the same procfs file)."""
+    return os.path.exists("/proc/net/if_inet6")
+
+
+def parse_listen_stream(value: str) -> ListenAddress:
+    """A ``ListenStream=`` IP address as systemd.socket(5) reads it: ``port`` alone ("read as port number to
+    listen on via IPv6 ... available via both IPv6 and IPv4" by default; IPv4 when the kernel has no IPv6),
+    ``a.b.c.d:port``, ``[ipv6]:port``. Unix, netlink and vsock addresses are not emulated (ValueError)."""
+    text = value.strip()
+    port_text, host, family = text, "", 0
+    if text.isdigit():
+        family = socket.AF_INET6 if ipv6_supported() else socket.AF_INET
+        host = "::" if family == socket.AF_INET6 else "0.0.0.0"
+    elif m := re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)", text):
+        host, port_text, family = m.group(1), m.group(2), socket.AF_INET6
+    elif m := re.fullmatch(r"([0-9.]+):(\d+)", text):
+        host, port_text, family = m.group(1), m.group(2), socket.AF_INET
+    else:
+        raise ValueError(f"ListenStream={text}: only IP addresses (port, a.b.c.d:port, [ipv6]:port) are emulated")
+    (ipaddress.IPv6Address if family == socket.AF_INET6 else ipaddress.IPv4Address)(host)   # ValueError if malformed
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise ValueError(f"ListenStream={text}: port out of range")
+    return ListenAddress(text, family, host, port)
+
+
+def open_listener(addr: ListenAddress, unit: Unit, backlog: int) -> socket.socket:
+    """socket + bind + listen as systemd's socket_address_listen() does: SO_REUSEADDR always (a port
+    in TIME_WAIT can be taken again, a listening one cannot), IPV6_V6ONLY only if BindIPv6Only= asks
+    (else the kernel's default), TCP_NODELAY if NoDelay= (systemd.socket(5))."""
+    sock = socket.socket(addr.family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        only = unit.get("Socket", "BindIPv6Only", "default")
+        if addr.family == socket.AF_INET6 and only in ("ipv6-only", "both"):
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1 if only == "ipv6-only" else 0)
+        if parse_boolean(unit.get("Socket", "NoDelay", "no")):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((addr.host, addr.port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def paired_unit(name: str, suffix: str) -> str:
+    """The unit of the same name with another suffix: ``X.socket`` activates ``X.service`` (systemd.socket(5):
+    "a socket unit foo.socket ... activates ... foo.service"), and ``X.service`` gets the fds of ``X.socket``
+    (systemd.service(5) Sockets=: "all socket file descriptors whose unit shares the same name as the
+    service (subject to the different unit name suffix of course) are passed to the spawned process")."""
+    return name.rsplit(".", 1)[0] + suffix
 
 
 @dataclass
@@ -201,7 +289,7 @@ class Manager:
         for d in self.unit_dirs:
             try:
                 for p in Path(d).iterdir():
-                    if p.name.endswith(".service") and (p.is_file() or p.is_symlink()):
+                    if p.name.endswith((".service", ".socket")) and (p.is_file() or p.is_symlink()):
                         names.add(p.name)
             except OSError:
                 continue
@@ -292,30 +380,42 @@ class Manager:
         return self.default_memlock()
 
     # ------------------------------------------------------------------ actions
-    def start(self, name: str) -> None:
+    def start(self, name: str, *, wait: bool = True) -> None:
+        """Start a unit; ``wait=False`` returns once its runner is spawned (a socket holder starting the
+        service it activates must go on handing out fds, which that start waits for)."""
         name = self.canonical(name)
         if self.masked(name):
             raise UnitError(f"Failed to start {name}: Unit {name} is masked.", 1)
         unit = self.load(name)
         if unit is None:
             raise UnitError(f"Failed to start {name}: Unit {name} not found.", 5)
-        st = self.state(name)
-        if st.get("active") == "active":
+        if name.endswith(".socket"):
+            self._start_socket(unit)
             return
-        if unit.builtin:
-            self.write_state(name, active="active", sub="running", result="success", main_pid=0,
-                             since=time.time())
+        # One start at a time: a socket's holder and `systemctl start/restart` may start the same service
+        # at once, and a second start of an activating unit joins the first (systemd merges the jobs).
+        with locked(self.state_dir / "locks" / name):
+            st = self.state(name)
+            if st.get("active") == "active":
+                return
+            if not _starting(st):
+                if unit.builtin:
+                    self.write_state(name, active="active", sub="running", result="success", main_pid=0,
+                                     since=time.time())
+                    return
+                if name.endswith(".timer"):
+                    # Timers are recorded as armed, never fired: a test triggers the timer's service itself.
+                    self.write_state(name, active="active", sub="waiting", result="success", main_pid=0,
+                                     since=time.time())
+                    return
+                exec_start = unit.get("Service", "ExecStart")
+                if not exec_start:
+                    raise UnitError(f"Failed to start {name}: Unit {name} has no ExecStart= setting.", 1)
+                self.write_state(name, active="activating", sub="start", result="success", main_pid=0,
+                                 n_restarts=0, since=time.time(), runner_pid=0, starts=[])
+                _spawn_runner(self, unit)
+        if not wait:
             return
-        if name.endswith(".timer"):
-            # Timers are recorded as armed, never fired: a test triggers the timer's service itself.
-            self.write_state(name, active="active", sub="waiting", result="success", main_pid=0, since=time.time())
-            return
-        exec_start = unit.get("Service", "ExecStart")
-        if not exec_start:
-            raise UnitError(f"Failed to start {name}: Unit {name} has no ExecStart= setting.", 1)
-        self.write_state(name, active="activating", sub="start", result="success", main_pid=0, n_restarts=0,
-                         since=time.time(), runner_pid=0, starts=[])
-        _spawn_runner(self, unit)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             st = self.state(name)
@@ -350,6 +450,91 @@ class Manager:
                              since=time.time())
         else:
             self.write_state(name, main_pid=0, runner_pid=0, stopping=False)
+        if name.endswith(".socket"):
+            self.fd_store(name).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ socket units
+    def fd_store(self, name: str) -> Path:
+        """Where a socket unit's holder hands its listening sockets to the service's runner: a unix socket
+        in a root-only folder (whoever connects gets the listening fds), named by a hash of the unit name so
+        the path fits sun_path's 108 bytes whatever the unit is called."""
+        return self.state_dir / "fds" / hashlib.sha256(name.encode()).hexdigest()[:16]
+
+    def _start_socket(self, unit: Unit) -> None:
+        """``systemctl start X.socket`` (systemd.socket(5)): bind and listen on every ``ListenStream=`` here,
+        as root and before the service runs, then leave the sockets to a detached holder until ``stop``.
+
+        Refused like socket.c's socket_start() while ``X.service`` is active ("Socket service X.service
+        already active, refusing."): the service would not get the sockets. A port that cannot be bound
+        fails the socket with Result=resources, as systemd's "Failed to listen on sockets" does."""
+        name = unit.name
+        if self.state(name).get("active") == "active":
+            return
+        service = paired_unit(name, ".service")
+        try:
+            if parse_boolean(unit.get("Socket", "Accept", "no")):
+                raise ValueError("Accept=yes (one service instance per connection) is not emulated")
+            if unit.get("Socket", "Service", service) != service:
+                raise ValueError("Service= naming another unit than the same-named service is not emulated")
+            addrs = [parse_listen_stream(v) for v in unit.values("Socket", "ListenStream")]
+            if not addrs:
+                raise ValueError("Unit has no Listen setting (ListenStream=, ListenDatagram=, ListenFIFO=, ...). "
+                                 "Refusing.")
+            backlog = int(unit.get("Socket", "Backlog") or SOMAXCONN_DELUXE)
+        except ValueError as exc:
+            journal(self, name, f"{name}: {exc}")
+            raise UnitError(f"Failed to start {name}: Unit {name} has a bad unit file setting.", 1) from None
+        svc = self.state(service)
+        if svc.get("active") in ("active", "activating", "deactivating") and svc.get("sub") != "auto-restart":
+            journal(self, name, f"{name}: Socket service {service} already active, refusing.")
+            raise UnitError(_job_failed(name), 1)
+        socks: list[socket.socket] = []
+        try:
+            for addr in addrs:
+                try:
+                    socks.append(open_listener(addr, unit, backlog))
+                except OSError as exc:
+                    journal(self, name, f"{name}: Failed to create listening socket ({addr.text}): {exc.strerror}")
+                    raise
+            store = self._open_fd_store(name)
+        except OSError as exc:
+            for sock in socks:
+                sock.close()
+            journal(self, name, f"{name}: Failed to listen on sockets: {exc.strerror}",
+                    f"{name}: Failed with result 'resources'.",
+                    f"Failed to listen on {name} - {unit.get('Unit', 'Description', name)}.")
+            self.write_state(name, active="failed", sub="failed", result="resources", main_pid=0, runner_pid=0,
+                             since=time.time())
+            raise UnitError(_job_failed(name), 1) from None
+        self.write_state(name, active="active", sub="listening", result="success", main_pid=0, runner_pid=0,
+                         stopping=False, since=time.time())
+        try:
+            _detached(self, name, lambda: _hold_sockets(self, unit, socks, store),
+                      keep=(*(s.fileno() for s in socks), store.fileno()))
+        finally:
+            for sock in (*socks, store):
+                sock.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not self.state(name).get("runner_pid"):
+            time.sleep(0.02)
+        if not self.state(name).get("runner_pid"):
+            self.write_state(name, active="failed", sub="failed", result="resources", since=time.time())
+            raise UnitError(_job_failed(name), 1)
+
+    def _open_fd_store(self, name: str) -> socket.socket:
+        path = self.fd_store(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        path.unlink(missing_ok=True)
+        store = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            store.bind(str(path))
+            os.chmod(path, 0o600)
+            store.listen(16)
+        except OSError:
+            store.close()
+            raise
+        return store
 
     def enable(self, name: str) -> list[str]:
         name = self.canonical(name)
@@ -389,20 +574,24 @@ class Manager:
         return msgs
 
     def boot(self) -> None:
-        """What systemd does at boot for this board: read system.conf, start enabled units."""
+        """What systemd does at boot for this board: read system.conf, start enabled units, sockets first.
+
+        Sockets come first: sockets.target is ordered before basic.target (bootup(7)), and a service is
+        After=basic.target by default (systemd.service(5), "Implicit Dependencies"), so a socket-activated
+        service finds its socket listening and gets its fds."""
         self.reexec()
-        for name in self.all_unit_names():
-            if name.endswith("@.service"):
-                continue
-            if self.unit_file_state(name) == "enabled":
-                with contextlib.suppress(UnitError):
-                    self.start(name)
-        wants = Path(self.unit_dirs[0]) / "multi-user.target.wants"
-        if wants.is_dir():
-            for link in sorted(wants.iterdir()):
-                if "@" in link.name and self.active_state(link.name) != "active":
+        for suffix, target in ((".socket", "sockets.target"), (".service", "multi-user.target")):
+            for name in self.all_unit_names():
+                if name.endswith(suffix) and not name.endswith("@" + suffix) and \
+                        self.unit_file_state(name) == "enabled":
                     with contextlib.suppress(UnitError):
-                        self.start(link.name)
+                        self.start(name)
+            wants = Path(self.unit_dirs[0]) / f"{target}.wants"
+            if wants.is_dir():
+                for link in sorted(wants.iterdir()):
+                    if "@" in link.name and link.name.endswith(suffix) and self.active_state(link.name) != "active":
+                        with contextlib.suppress(UnitError):
+                            self.start(link.name)
 
     def stop_all(self) -> None:
         for f in sorted(self.state_dir.glob("*.json")) if self.state_dir.is_dir() else []:
@@ -422,10 +611,13 @@ class Manager:
                     "UnitFileState": "masked" if self.masked(name) else "", "MainPID": "0",
                     "LimitMEMLOCK": fmt_limit(self.default_memlock()),
                     "LimitMEMLOCKSoft": fmt_limit(self.default_memlock())}
-        memlock = self.memlock_for(unit)
-        env = " ".join(_env_assignments(unit))
         since = st.get("since")
         stamp = time.strftime("%a %Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else ""
+        if name.endswith(".socket"):
+            return self._show_socket(unit, st, stamp)
+        memlock = self.memlock_for(unit)
+        env = " ".join(_env_assignments(unit))
+        sock = paired_unit(name, ".socket")
         return {
             "Type": unit.get("Service", "Type", "simple"),
             "Restart": unit.get("Service", "Restart", "no"),
@@ -452,6 +644,41 @@ class Manager:
             "DropInPaths": " ".join(unit.dropins),
             "UnitFileState": self.unit_file_state(name),
             "UnitFilePreset": "disabled",
+            "ActiveEnterTimestamp": stamp if st.get("active") == "active" else "",
+            "StateChangeTimestamp": stamp,
+            "NeedDaemonReload": "no",
+            "CanStart": "yes",
+            "CanStop": "yes",
+            "TriggeredBy": sock if name.endswith(".service") and self.load(sock) is not None else "",
+        }
+
+    def _show_socket(self, unit: Unit, st: dict[str, Any], stamp: str) -> dict[str, str]:
+        """``systemctl show X.socket``: the properties systemd's socket units have (a socket has no main
+        process: MainPID=0; Listen= is the loaded configuration, as systemd shows it after a reload too)."""
+        name = unit.name
+        return {
+            "Id": name,
+            "Names": name,
+            "Description": unit.get("Unit", "Description", name),
+            "LoadState": "loaded",
+            "ActiveState": st.get("active", "inactive"),
+            "SubState": st.get("sub", "dead"),
+            "Result": st.get("result", "success"),
+            "FragmentPath": unit.fragment or "",
+            "DropInPaths": " ".join(unit.dropins),
+            "UnitFileState": self.unit_file_state(name),
+            "UnitFilePreset": "disabled",
+            "MainPID": "0",
+            "ControlPID": "0",
+            "Listen": " ".join(f"{v} (Stream)" for v in unit.values("Socket", "ListenStream")),
+            "Accept": "yes" if parse_boolean(unit.get("Socket", "Accept", "no")) else "no",
+            "NoDelay": "yes" if parse_boolean(unit.get("Socket", "NoDelay", "no")) else "no",
+            "Backlog": unit.get("Socket", "Backlog") or str(SOMAXCONN_DELUXE),
+            "BindIPv6Only": unit.get("Socket", "BindIPv6Only", "default"),
+            "FileDescriptorName": unit.get("Socket", "FileDescriptorName") or name,
+            "Triggers": paired_unit(name, ".service"),
+            "NAccepted": "0",
+            "NConnections": "0",
             "ActiveEnterTimestamp": stamp if st.get("active") == "active" else "",
             "StateChangeTimestamp": stamp,
             "NeedDaemonReload": "no",
@@ -557,8 +784,38 @@ def journal_path(mgr: Manager, name: str) -> Path:
     return mgr.state_dir / "journal" / f"{name}.log"
 
 
-def _spawn_runner(mgr: Manager, unit: Unit) -> None:
-    """Double-fork a detached runner that supervises the unit's main process."""
+def journal(mgr: Manager, name: str, *lines: str) -> None:
+    """Append lines to a unit's journal file from a process whose stderr is not that journal (the CLI)."""
+    jp = journal_path(mgr, name)
+    jp.parent.mkdir(parents=True, exist_ok=True)
+    with open(jp, "a", encoding="utf-8") as fh:
+        fh.writelines(time.strftime("%b %d %H:%M:%S ") + line + "\n" for line in lines)
+
+
+def _job_failed(name: str) -> str:
+    """What systemctl(1) prints when a start job fails."""
+    return (f"Job for {name} failed.\n"
+            f'See "systemctl status {name}" and "journalctl -xeu {name}" for details.')
+
+
+def _starting(st: dict[str, Any]) -> bool:
+    """Whether a start is under way (its runner is up, or was spawned moments ago and has not written yet)."""
+    return st.get("active") == "activating" and bool(
+        st.get("runner_pid") or time.time() - float(st.get("since") or 0) < 10)
+
+
+def _close_fds_except(keep: tuple[int, ...]) -> None:
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, MAXFD)
+
+
+def _detached(mgr: Manager, name: str, body: Callable[[], None], keep: tuple[int, ...] = ()) -> None:
+    """Run ``body`` in a double-forked process of its own session (reparented to the board's subreaper, so
+    it outlives the systemctl that started it), stdout/stderr on the unit's journal, no fds open but stdio
+    and ``keep``. Returns in the caller once the intermediate child has exited."""
     pid = os.fork()
     if pid:
         os.waitpid(pid, 0)
@@ -568,17 +825,167 @@ def _spawn_runner(mgr: Manager, unit: Unit) -> None:
         if os.fork():
             os._exit(0)
         devnull = os.open(os.devnull, os.O_RDWR)
-        jp = journal_path(mgr, unit.name)
+        jp = journal_path(mgr, name)
         jp.parent.mkdir(parents=True, exist_ok=True)
         log = os.open(jp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        os.closerange(3, 65536)
-        _run_unit(mgr, unit)
-    except BaseException:   # noqa: BLE001 - a runner must never return into the caller's code
+        _close_fds_except(keep)
+        signal.set_wakeup_fd(-1)           # a socket holder's, when it starts a service's runner
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        body()
+    except BaseException:   # noqa: BLE001 - a detached process must never return into the caller's code
         os._exit(1)
     os._exit(0)
+
+
+def _spawn_runner(mgr: Manager, unit: Unit) -> None:
+    """Double-fork a detached runner that supervises the unit's main process."""
+    _detached(mgr, unit.name, lambda: _run_unit(mgr, unit))
+
+
+def _mark_runner(mgr: Manager, name: str) -> Path:
+    mark = runners_dir(mgr) / str(os.getpid())
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(name + "\n", encoding="utf-8")
+    return mark
+
+
+def _hold_sockets(mgr: Manager, unit: Unit, socks: list[socket.socket], store: socket.socket) -> None:
+    """The socket holder: keep the listening sockets open until SIGTERM, hand them to the service's runner
+    on request, and start the service when a connection arrives while it is not running.
+
+    systemd.socket(5): with Accept=no "only one service unit is spawned for all connections", started on
+    incoming traffic; socket.c triggers it only while the service is inactive or failed, not while its
+    start is pending (the service's auto-restart wait counts as pending), and puts the socket in failed
+    state with Result=service-start-limit-hit once the service hits its start limit. The connection
+    waits in the listen backlog meanwhile and is accepted by the service. The holder sleeps in poll():
+    on the listening sockets only while the service is down, else on a pidfd of the service's runner,
+    which exits exactly when the service is down for good (stopped, failed without restart). SIGTERM
+    (``systemctl stop X.socket``, the board's shutdown) only sets a flag and wakes poll() through the
+    signal wakeup fd, so it never interrupts a state write or a service start half-way."""
+    name = unit.name
+    service = paired_unit(name, ".service")
+    fdname = unit.get("Socket", "FileDescriptorName") or name
+    names = ":".join([fdname] * len(socks)).encode()
+    stop = {"flag": False}
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(flag=True))
+    mark = _mark_runner(mgr, name)
+    started = time.time()
+    triggers: list[float] = []
+    watched: tuple[int, int] | None = None        # (runner pid, its pidfd)
+    sub = "listening"
+    mgr.write_state(name, runner_pid=os.getpid())
+    _log(f"Listening on {name} - {unit.get('Unit', 'Description', name)}.")
+    failure = ""
+    try:
+        while not failure and not stop["flag"]:
+            svc = mgr.state(service)
+            down = svc.get("active") in ("inactive", "failed")
+            if down and svc.get("result") == "start-limit-hit" and float(svc.get("since") or 0) >= started:
+                failure = "service-start-limit-hit"
+                break
+            if ("listening" if down else "running") != sub:
+                sub = "listening" if down else "running"
+                mgr.write_state(name, sub=sub)
+            poller = select.poll()
+            poller.register(store, select.POLLIN)
+            poller.register(wake_r, select.POLLIN)
+            timeout: int | None = None
+            if down:
+                for sock in socks:
+                    poller.register(sock, select.POLLIN)
+            else:
+                runner = int(svc.get("runner_pid") or 0)
+                if watched and watched[0] != runner:
+                    os.close(watched[1])
+                    watched = None
+                if runner and not watched:
+                    with contextlib.suppress(OSError):
+                        watched = (runner, os.pidfd_open(runner))
+                if watched:
+                    poller.register(watched[1], select.POLLIN)
+                else:
+                    timeout = 100     # ms: a start was requested and its runner has not written its pid yet
+            ready = {fd for fd, _ev in poller.poll(timeout)}
+            if stop["flag"]:
+                break
+            if store.fileno() in ready:
+                _hand_out(store, socks, names)
+            if down and any(sock.fileno() in ready for sock in socks):
+                now = time.monotonic()
+                triggers = [t for t in triggers if now - t < START_LIMIT_INTERVAL_S]
+                if len(triggers) >= START_LIMIT_BURST:    # the service's start limit, over the starts we asked for
+                    journal(mgr, service, f"{service}: Start request repeated too quickly.")
+                    mgr.write_state(service, active="failed", sub="failed", result="start-limit-hit",
+                                    since=time.time())
+                    failure = "service-start-limit-hit"
+                    break
+                triggers.append(now)
+                _log(f"{name}: Incoming traffic, starting {service}.")
+                try:
+                    mgr.start(service, wait=False)
+                except UnitError as exc:      # socket.c: "Failed to queue service startup job"
+                    _log(f"{name}: Failed to queue service startup job: {exc}")
+                    failure = "resources"
+    finally:
+        for sock in (*socks, store):
+            sock.close()
+        for fd in (wake_r, wake_w, *(watched[1:] if watched else ())):
+            os.close(fd)
+        mark.unlink(missing_ok=True)
+    if failure:
+        _log(f"{name}: Failed with result '{failure}'.")
+        mgr.write_state(name, active="failed", sub="failed", result=failure, runner_pid=0, since=time.time())
+        mgr.fd_store(name).unlink(missing_ok=True)
+    else:
+        _log(f"Closed {name} - {unit.get('Unit', 'Description', name)}.")
+
+
+def _hand_out(store: socket.socket, socks: list[socket.socket], names: bytes) -> None:
+    """Give one runner the listening sockets (SCM_RIGHTS: the same open sockets, not copies of the address),
+    with their LISTEN_FDNAMES as the message."""
+    try:
+        conn, _addr = store.accept()
+    except OSError:
+        return
+    with conn:
+        conn.settimeout(2)
+        with contextlib.suppress(OSError):
+            socket.send_fds(conn, [names], [s.fileno() for s in socks])
+
+
+def _listen_fds(mgr: Manager, unit: Unit) -> tuple[list[int], str]:
+    """The listening sockets of the service's same-named socket unit, if it is active (systemd passes the
+    fds of the sockets that trigger the service, systemd.service(5) Sockets=), and their LISTEN_FDNAMES."""
+    sock_name = paired_unit(unit.name, ".socket")
+    if any(s != sock_name for v in unit.values("Service", "Sockets") for s in v.split()):
+        _log(f"{unit.name}: Sockets= other than {sock_name} is not emulated; those sockets are not passed")
+    if not unit.name.endswith(".service") or mgr.state(sock_name).get("active") != "active":
+        return [], ""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(5)
+            conn.connect(str(mgr.fd_store(sock_name)))
+            msg, fds, _flags, _addr = socket.recv_fds(conn, 4096, 64)
+    except OSError as exc:
+        _log(f"{unit.name}: Failed to get the sockets of {sock_name}: {exc}")
+        return [], ""
+    return fds, msg.decode()
+
+
+def _install_listen_fds(fds: list[int]) -> None:
+    """In the service's child: the passed sockets become fds 3, 4, ... (SD_LISTEN_FDS_START, sd_listen_fds(3))
+    and nothing else stays open past stderr, as systemd execs services. Each fd is first duplicated above
+    the target range, so that one received as, say, fd 4 is not overwritten before it is moved."""
+    n = len(fds)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, SD_LISTEN_FDS_START + n) for fd in fds]
+    for i, fd in enumerate(high):
+        os.dup2(fd, SD_LISTEN_FDS_START + i)
+    os.closerange(SD_LISTEN_FDS_START + n, MAXFD)
 
 
 def _run_unit(mgr: Manager, unit: Unit) -> None:
@@ -599,9 +1006,7 @@ def _run_unit(mgr: Manager, unit: Unit) -> None:
     except ValueError:
         restart_sec = 0.1
     mgr.write_state(name, runner_pid=os.getpid())
-    mark = runners_dir(mgr) / str(os.getpid())
-    mark.parent.mkdir(parents=True, exist_ok=True)
-    mark.write_text(name + "\n", encoding="utf-8")
+    mark = _mark_runner(mgr, name)
     try:
         _supervise(mgr, unit, restart, restart_sec, stopping, child)
     finally:
@@ -683,10 +1088,16 @@ def _exec_main(mgr: Manager, unit: Unit) -> int:
     env = _unit_env(unit, user)
     memlock = mgr.memlock_for(unit)
     wd = unit.get("Service", "WorkingDirectory") or (user.pw_dir if user else "/")
+    fds, fdnames = _listen_fds(mgr, unit)
     pid = os.fork()
     if pid:
+        for fd in fds:
+            os.close(fd)
         return pid
     try:
+        if fds:
+            # sd_listen_fds(3): LISTEN_PID is the pid of the process that is to take the fds, set after fork
+            env.update(LISTEN_FDS=str(len(fds)), LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES=fdnames)
         os.setsid()
         from provisioner.sim.limits import set_memlock
         set_memlock(memlock, memlock, env)
@@ -701,6 +1112,7 @@ def _exec_main(mgr: Manager, unit: Unit) -> int:
             os.setgid(gid)
         with contextlib.suppress(OSError):
             os.chdir(wd.lstrip("-") or "/")
+        _install_listen_fds(fds)
         os.execvpe(argv[0], argv, env)
     except BaseException as exc:   # noqa: BLE001
         sys.stderr.write(f"{unit.name}: Failed at step EXEC spawning {argv[0] if argv else '?'}: {exc}\n")
@@ -724,7 +1136,12 @@ def _status_text(mgr: Manager, name: str) -> tuple[str, int]:
     if unit.dropins:
         lines.append(f"    Drop-In: {' '.join(unit.dropins)}")
     since = info.get("StateChangeTimestamp") or ""
+    if info.get("TriggeredBy"):
+        lines.append(f"TriggeredBy: {info['TriggeredBy']}")
     lines.append(f"     Active: {active} ({info['SubState']}){' since ' + since if since else ''}")
+    if info.get("Triggers"):
+        lines.append(f"   Triggers: {info['Triggers']}")
+    lines += [f"     Listen: {v} (Stream)" for v in unit.values("Socket", "ListenStream")]
     if info["MainPID"] != "0":
         lines.append(f"   Main PID: {info['MainPID']}")
     jp = journal_path(mgr, name)
@@ -740,6 +1157,7 @@ def _status_text(mgr: Manager, name: str) -> tuple[str, int]:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     props: list[str] = []
+    types: list[str] = []
     value_only = False
     positional: list[str] = []
     i = 0
@@ -754,12 +1172,15 @@ def main(argv: list[str] | None = None) -> int:
             props += a[2:].split(",")
         elif a == "--value":
             value_only = True
+        elif a in ("-t", "--type"):
+            i += 1
+            types += args[i].split(",") if i < len(args) else []
+        elif a.startswith("--type="):
+            types += a.split("=", 1)[1].split(",")
         elif a in ("-l", "--full", "--no-pager", "--no-block", "--system", "--all", "-a", "--plain", "--quiet",
-                   "-q", "--no-legend", "--force", "--now", "--no-ask-password") or a.startswith("--type"):
+                   "-q", "--no-legend", "--force", "--now", "--no-ask-password"):
             if a == "--now":
                 positional.append("--now")
-            if a == "--type":
-                i += 1
         elif a == "--user":
             sys.stderr.write("Failed to connect to bus: No medium found\n")
             return 1
@@ -769,11 +1190,11 @@ def main(argv: list[str] | None = None) -> int:
     now = "--now" in positional
     positional = [p for p in positional if p != "--now"]
     if not positional:
-        return _cmd_list_units(Manager(), [])
+        return _cmd_list_units(Manager(), [], types)
     cmd, names = positional[0], positional[1:]
     mgr = Manager()
     try:
-        return _dispatch(mgr, cmd, names, props, value_only, now)
+        return _dispatch(mgr, cmd, names, props, value_only, now, types)
     except UnitError as exc:
         sys.stderr.write(str(exc) + "\n")
         return exc.code
@@ -782,7 +1203,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _dispatch(mgr: Manager, cmd: str, names: list[str], props: list[str], value_only: bool, now: bool) -> int:
+def _dispatch(mgr: Manager, cmd: str, names: list[str], props: list[str], value_only: bool, now: bool,
+              types: list[str] | None = None) -> int:
     if cmd in ("daemon-reload",):
         return 0
     if cmd == "daemon-reexec":
@@ -804,6 +1226,7 @@ def _dispatch(mgr: Manager, cmd: str, names: list[str], props: list[str], value_
             raise UnitError("Too few arguments.", 1)
         for n in names:
             if cmd == "stop":
+                _warn_stop(mgr, mgr.canonical(n))
                 mgr.stop(n)
             elif cmd in ("restart", "reload-or-restart", "reload"):
                 mgr.stop(n)
@@ -871,24 +1294,37 @@ def _dispatch(mgr: Manager, cmd: str, names: list[str], props: list[str], value_
                 sys.stdout.write(f"# {f}\n{Path(f).read_text(encoding='utf-8')}\n")
         return 0
     if cmd == "list-units":
-        return _cmd_list_units(mgr, names)
+        return _cmd_list_units(mgr, names, types or [])
     if cmd == "list-unit-files":
-        return _cmd_list_unit_files(mgr, names)
+        return _cmd_list_unit_files(mgr, names, types or [])
     if cmd in ("reboot", "poweroff", "halt"):
         raise UnitError(f"Failed to {cmd}: use `provisioner sim` to power-cycle a virtual board.", 1)
     raise UnitError(f"Unknown command verb '{cmd}'.", 1)
 
 
-def _matches(name: str, patterns: list[str]) -> bool:
+def _warn_stop(mgr: Manager, name: str) -> None:
+    """Stopping one of a socket/service pair leaves the other as it is. systemctl warns on stderr when
+    the stopped service can still be activated ("Stopping 'X.service', but its triggering units are still
+    active:"); a socket stopped under a running service leaves it the fds it has, noted in the journal."""
+    if name.endswith(".service") and mgr.active_state(paired_unit(name, ".socket")) == "active":
+        sys.stderr.write(f"Stopping '{name}', but its triggering units are still active:\n"
+                         f"{paired_unit(name, '.socket')}\n")
+    if name.endswith(".socket") and mgr.active_state(paired_unit(name, ".service")) == "active":
+        journal(mgr, name, f"{name}: Stopping, {paired_unit(name, '.service')} keeps running on the sockets it has.")
+
+
+def _matches(name: str, patterns: list[str], types: list[str] | None = None) -> bool:
     import fnmatch
+    if types and name.rsplit(".", 1)[-1] not in types:
+        return False
     return not patterns or any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(name, Manager.canonical(p))
                                for p in patterns)
 
 
-def _cmd_list_units(mgr: Manager, patterns: list[str]) -> int:
+def _cmd_list_units(mgr: Manager, patterns: list[str], types: list[str]) -> int:
     sys.stdout.write("UNIT LOAD ACTIVE SUB DESCRIPTION\n")
     for n in mgr.all_unit_names():
-        if n.endswith("@.service") or not _matches(n, patterns):
+        if n.endswith(("@.service", "@.socket")) or not _matches(n, patterns, types):
             continue
         info = mgr.show(n)
         sys.stdout.write(f"{n} {info['LoadState']} {info['ActiveState']} {info['SubState']} "
@@ -896,13 +1332,13 @@ def _cmd_list_units(mgr: Manager, patterns: list[str]) -> int:
     return 0
 
 
-def _cmd_list_unit_files(mgr: Manager, patterns: list[str]) -> int:
+def _cmd_list_unit_files(mgr: Manager, patterns: list[str], types: list[str]) -> int:
     sys.stdout.write("UNIT FILE STATE PRESET\n")
     found = 0
     for n in mgr.all_unit_names():
-        if not _matches(n, patterns):
+        if not _matches(n, patterns, types):
             continue
-        state = "static" if n.endswith("@.service") else mgr.unit_file_state(n)
+        state = "static" if n.endswith(("@.service", "@.socket")) else mgr.unit_file_state(n)
         if not state:
             continue
         found += 1
