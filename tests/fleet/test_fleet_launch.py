@@ -70,11 +70,13 @@ def _req(port, method, path, body=None, headers=None, token=None):
 
 
 def test_launch_reports_healthy_boards_and_the_one_whose_service_cannot_start(launched):
-    _fleet, _ports, first = launched
+    fleet, _ports, first = launched
     assert first.row("srv-8275").verdict == "pass", first.row("srv-8275").reason
     assert first.row("srv-9075").verdict == "pass", first.row("srv-9075").reason
     busy = first.row("busy-8275")
-    assert busy.verdict == "fail" and "health" in busy.reason.lower()
+    port = fleet.specs["busy-8275"].vars["edge_llm_serve_port_base"]
+    assert busy.verdict == "fail"
+    assert f"could not listen on 127.0.0.1:{port}: the port is taken by another process" in busy.reason
 
 
 @pytest.mark.parametrize("board", ["srv-8275", "srv-9075"])
@@ -263,15 +265,40 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
 
 
-def test_a_squatted_port_gets_no_token_and_fails_launch_and_benchmark(launched):
-    """A local user binds the service's port while it is down: launch and benchmark refuse to send it the token."""
+def _as_nobody(script: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(["python3", "-c", script, *args], user=65534, group=65534, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd="/")
+
+
+def test_the_socket_unit_holds_the_port_while_the_service_is_down(launched):
+    """Launch's edge-llm-serve@<model>.socket keeps the port while the service is stopped: a local user cannot
+    take it, and the next client starts the service on it (socket activation)."""
     from provisioner.sim import host
 
     fleet, ports, _ = launched
     board, unit = "srv-8275", "edge-llm-serve@gemma-4-e2b.service"
     subprocess.run(host.ssh_argv(fleet.boards[board], "systemctl", "stop", unit), check=True, timeout=60)
-    impostor = subprocess.Popen(["python3", "-c", IMPOSTOR, str(ports[board])], user=65534, group=65534,
-                                stdout=subprocess.PIPE, text=True, cwd="/")
+    squat = _as_nobody("import socket, sys\ns = socket.socket()\ns.bind(('127.0.0.1', int(sys.argv[1])))",
+                       str(ports[board]))
+    assert squat.wait(30) != 0 and "Address already in use" in squat.communicate()[1]
+    answers = [_req(ports[board], "GET", "/health")[0]]            # the connection starts the service ...
+    while answers[-1] == 503 and len(answers) < 300:               # ... which answers 503 while loading
+        subprocess.run(["sleep", "0.1"], check=True)
+        answers.append(_req(ports[board], "GET", "/health")[0])
+    assert answers[-1] == 200, answers
+    assert _main_pid(fleet, board, unit) not in ("", "0")
+
+
+def test_a_squatted_port_gets_no_token_and_fails_launch_and_benchmark(launched):
+    """Socket and service both stopped (by hand), a local user takes the port: launch cannot open the socket
+    and says so, and benchmark refuses to send the token to a listener that is not the unit's process."""
+    from provisioner.sim import host
+
+    fleet, ports, _ = launched
+    board, unit = "srv-8275", "edge-llm-serve@gemma-4-e2b"
+    subprocess.run(host.ssh_argv(fleet.boards[board], "systemctl", "stop", f"{unit}.socket", f"{unit}.service"),
+                   check=True, timeout=60)
+    impostor = _as_nobody(IMPOSTOR, str(ports[board]))
     try:
         for _ in range(100):                              # wait until it listens (it answers /health 200)
             try:
@@ -280,17 +307,17 @@ def test_a_squatted_port_gets_no_token_and_fails_launch_and_benchmark(launched):
             except OSError:
                 pass
             subprocess.run(["sleep", "0.1"], check=True)
+        bench = run_fleet("benchmark", fleet.inventory, limit=board, extra_vars={"edge_llm_benchmark_runs": 1})
         launch = run_fleet("launch", fleet.inventory, limit=board,
                            extra_args=["edge_llm_serve_health_retries=2", "edge_llm_serve_health_delay=1"])
-        bench = run_fleet("benchmark", fleet.inventory, limit=board, extra_vars={"edge_llm_benchmark_runs": 1})
     finally:
         impostor.kill()
     asked = [json.loads(line) for line in impostor.communicate()[0].splitlines()]
-    assert asked, "the impostor was never asked anything: the test did not reach the token step"
     assert all(a["auth"] is None for a in asked), asked         # the board's token never left for the impostor
-    for res in (launch, bench):
-        row = res.row(board)
-        assert row.verdict == "fail"
-        assert f"port {ports[board]} is held by pid {impostor.pid} (uid 65534)" in row.reason, row.reason
+    row = bench.row(board)
+    assert row.verdict == "fail"
+    assert f"port {ports[board]} is held by pid {impostor.pid} (uid 65534)" in row.reason, row.reason
+    assert launch.row(board).verdict == "fail"
+    assert f"could not listen on 127.0.0.1:{ports[board]}: the port is taken" in launch.row(board).reason
     again = run_fleet("launch", fleet.inventory, limit=board)      # the port is free again: launch recovers
     assert again.row(board).verdict == "pass", again.row(board).reason

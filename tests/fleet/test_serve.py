@@ -45,3 +45,27 @@ def test_one_source_for_the_program_the_layer_and_the_fleet_install():
     assert "LimitMEMLOCK=infinity" in unit and "SupplementaryGroups=fastrpc" in unit
     recipe = (RECIPE / "edge-llm-serve_1.0.bb").read_text()
     assert service.USER_PLACEHOLDER.strip("@") in recipe and "inherit allarch systemd" in recipe
+
+
+def test_launch_writes_a_socket_unit_that_holds_each_instances_port():
+    """Each instance gets edge-llm-serve@<model>.socket on its bind and port: systemd holds the port across
+    restarts (systemd.socket(5)); an IPv6 bind is bracketed as ListenStream= wants it."""
+    from provisioner import catalog
+    from provisioner.contracts.inventory import HostVars, ModelVars
+
+    expect = HostVars(board=catalog.board("iq-8275-evk"), models=(
+        ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
+                  chat_template="gemma", file="m.litertlm"),))
+    for bind, listen in (("127.0.0.1", "127.0.0.1:9100"), ("::1", "[::1]:9100"), ("0.0.0.0", "0.0.0.0:9100")):
+        plan = service.units(expect, bind=bind, port_base=9100)
+        inst = plan["instances"][0]
+        assert inst["socket"] == "edge-llm-serve@gemma-4-e2b.socket"
+        assert f"\nListenStream={listen}\n" in inst["socket_text"]
+        assert "WantedBy=sockets.target" in inst["socket_text"]
+        spec = service.launch_spec(plan, user="llm")
+        (sock,) = [f for f in spec["files"] if f["path"].endswith(".socket")]
+        assert sock["path"] == "/etc/systemd/system/edge-llm-serve@gemma-4-e2b.socket"
+        assert sock["reload"] and sock["units"] == [inst["socket"], inst["unit"]]
+        assert spec["instances"][0]["socket"] == inst["socket"]
+    moved = service.keep_board_endpoint(inst, json.dumps({"port": 9200, "bind": "127.0.0.1"}))
+    assert "\nListenStream=127.0.0.1:9200\n" in moved["socket_text"]

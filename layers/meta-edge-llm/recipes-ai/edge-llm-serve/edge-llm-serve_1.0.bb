@@ -3,10 +3,11 @@ DESCRIPTION = "A stdlib-only Python service that loads the model once through th
                (LiteRT-LM's c/engine.h library or QAIRT's libGenie.so) and serves GET /v1/models, \
                POST /v1/chat/completions and /v1/completions (SSE streaming), GET /health, /livez and \
                /metrics (Prometheus text written by the service itself, so python3-prometheus-client is \
-               not needed). Bearer token per board, loopback unless a token exists. Instances are \
-               edge-llm-serve@<model>.service, configured by /etc/edge-llm/serve/<model>.json (written by \
-               the fleet's launch playbook). files/edge-llm-serve is the one source: the provisioner \
-               imports it and its launch playbook copies it to boards."
+               not needed). A bearer token per board; without it the service does not start. Instances \
+               are edge-llm-serve@<model>.service, configured by /etc/edge-llm/serve/<model>.json, each \
+               on the port its edge-llm-serve@<model>.socket holds (both written by the fleet's launch \
+               playbook). files/edge-llm-serve is the one source: the provisioner imports it and its \
+               launch playbook copies it to boards."
 SECTION = "ai"
 LICENSE = "Apache-2.0"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10"

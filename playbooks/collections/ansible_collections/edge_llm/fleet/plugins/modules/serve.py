@@ -46,7 +46,12 @@ options:
     type: dict
     required: false
   instances:
-    description: Instances, each {model, unit, port, bind, health_url}.
+    description:
+      - Instances, each {model, unit, socket, port, bind, health_url}.
+      - socket is the instance's socket unit (the same name as unit, .socket). It holds the port from boot on and
+        across every restart of the service (systemd.socket(5)), so no other local user can take the port.
+        It is started before the service, and a service that still listens itself (a board launched before
+        socket units) is stopped first so the socket can bind, then started on it.
     type: list
     elements: dict
     required: true
@@ -262,19 +267,39 @@ def main():
         rc, out, err = module.run_command([systemctl, "daemon-reload"])
         if rc != 0:
             module.fail_json(msg=f"systemctl daemon-reload failed: {err.strip() or out.strip()}", changed=True)
-    states = unit_states(module, systemctl, units)
-    restart = [u for u in units if u in touched and states[u][0] in RUNNING]
-    start = [u for u in units if states[u][0] not in RUNNING]
+    # each instance's socket unit (same name, .socket) holds its port; systemd hands it to the service
+    socket_of = {str(i["unit"]): str(i["socket"]) for i in instances if i.get("socket")}
+    sockets = list(socket_of.values())
+    states = unit_states(module, systemctl, units + sockets)
+    # a service that listens where its socket must (the socket unit is new, or its ListenStream= changed)
+    # stops first: the socket (re)starts on a free port, and the service starts again on the socket
+    moved = [s for s in sockets if s in touched and states[s][0] in RUNNING]
+    stop_first = [u for u, s in socket_of.items()
+                  if states[u][0] in RUNNING and (s in moved or states[s][0] not in RUNNING)]
+    open_sockets = [s for s in sockets if states[s][0] not in RUNNING]
+    restart = [u for u in units if u in touched and states[u][0] in RUNNING and u not in stop_first]
+    start = [u for u in units if states[u][0] not in RUNNING or u in stop_first]
     want = "enabled" if p["enabled"] else "disabled"
-    toggle = [u for u in units if (states[u][1] == "enabled") != p["enabled"]]
+    toggle = [u for u in units + sockets if (states[u][1] == "enabled") != p["enabled"]]
     if not check:
+        # the socket stops before its service: a client in between must not start the old service on it,
+        # which would make systemd refuse the socket's start ("Socket service ... already active")
+        systemctl_do(module, systemctl, "stop", moved)
+        systemctl_do(module, systemctl, "stop", stop_first)
+        for inst in (i for i in instances if i.get("socket") in moved + open_sockets):
+            rc, out, err = module.run_command([systemctl, "start", str(inst["socket"])])
+            if rc != 0:       # systemd could not bind: another process holds the port (systemd.socket(5))
+                module.fail_json(msg=f"{inst['model']}: {inst['socket']} could not listen on {inst['bind']}:"
+                                     f"{inst['port']}: the port is taken by another process (systemctl start: "
+                                     f"{(err.strip() or out.strip()).splitlines()[0] if (err or out).strip() else rc})",
+                                 changed=True)
         systemctl_do(module, systemctl, "restart", restart)
         systemctl_do(module, systemctl, "start", start)
         systemctl_do(module, systemctl, "enable" if p["enabled"] else "disable", toggle)
-    changed = bool(changed_dirs or written or restart or start or toggle)
+    changed = bool(changed_dirs or written or restart or start or toggle or moved or open_sockets)
     payload = {"kind": "launch", "endpoints": {}, "auth": "bearer", "check_mode": check,
                "dirs": changed_dirs, "written": written, "daemon_reload": reload, "restarted": restart,
-               "started": start, want: toggle}
+               "started": start, "sockets": moved + open_sockets, want: toggle}
     # what comes back is only this summary: file contents stay out of the result
     invocation = {"module_args": {"instances": units, "files": [str(f["path"]) for f in p["files"]]}}
     if check:
