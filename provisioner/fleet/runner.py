@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from provisioner import context, tools
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import PLAYBOOK_DIR
@@ -154,22 +152,10 @@ def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = No
     return env
 
 
-class _Untrusted(str):
-    """A string the tool read from a release, an artifact or a board: Ansible must never template it."""
-
-
-class _UnsafeDumper(yaml.SafeDumper):
-    """Writes every :class:`_Untrusted` string with Ansible's ``!unsafe`` tag."""
-
-
-_UnsafeDumper.add_representer(
-    _Untrusted, lambda dumper, data: dumper.represent_scalar("!unsafe", str(data), style="'"))
-
-
 def _untrusted(value: Any) -> Any:  # noqa: ANN401 - any JSON-like value
-    """``value`` with every string (not the keys, which are ours) marked :class:`_Untrusted`."""
+    """``value`` with every string (not the keys, which are ours) in Ansible's JSON form for unsafe text."""
     if isinstance(value, str):
-        return _Untrusted(value)
+        return {"__ansible_unsafe": value}
     if isinstance(value, Mapping):
         return {str(k): _untrusted(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -182,14 +168,14 @@ def write_extra_vars(path: Path, extra_vars: Mapping[str, Any]) -> None:
 
     Ansible treats an ``-e @file`` as trusted input and templates any ``{{ ... }}`` in its values, with
     lookups that run commands on the controller (``lookup('pipe', ...)``). Every value the tool passes this
-    way came from a release, an artifact index or a board, so every string is tagged ``!unsafe``: Ansible's
-    documented marker for data that must never be templated ("Unsafe or raw strings", Ansible docs,
-    playbooks_advanced_syntax). Validation by type happens before (provisioner.ota.commit,
-    provisioner.fleet.deploy_index); this is the second wall, for whatever a validator lets through.
+    way came from a release, an artifact index or a board, so every string is written as
+    ``{"__ansible_unsafe": "..."}``: the JSON spelling of Ansible's unsafe text ("Unsafe or raw strings",
+    Ansible docs), which its JSON decoder turns back into the same string, never trusted as a template.
+    (YAML's ``!unsafe`` tag is not used: ansible-core 2.19 resolves the tagged scalar's type, so a quoted
+    ``'0000...'`` checksum came back as the integer 0.) Validation by type happens before
+    (provisioner.ota.commit, provisioner.fleet.deploy_index); this is the second wall.
     """
-    text = yaml.dump(_untrusted(extra_vars), Dumper=_UnsafeDumper, sort_keys=True, allow_unicode=True,
-                     default_flow_style=False, width=1 << 16)
-    path.write_text(text, encoding="utf-8")
+    path.write_text(json.dumps(_untrusted(extra_vars), sort_keys=True), encoding="utf-8")
 
 
 def build_argv(action: str, inventory: Path | str, *, limit: str | None = None, extra_vars_file: Path | None = None,
@@ -284,7 +270,7 @@ def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None
     with tempfile.TemporaryDirectory(prefix="edge-llm-fleet-") as tmp:
         ev_file = None
         if extra_vars:
-            ev_file = Path(tmp) / "extra_vars.yml"
+            ev_file = Path(tmp) / "extra_vars.json"
             write_extra_vars(ev_file, extra_vars)
         argv = build_argv(action, inv, limit=limit, extra_vars_file=ev_file, extra_args=extra_args, dry_run=dry_run,
                           tags=tags, playbook_dir=playbook_dir)

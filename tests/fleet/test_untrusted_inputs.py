@@ -89,6 +89,24 @@ def test_extra_vars_are_never_templated_by_ansible(tmp_path):
         assert not marker.exists(), f"fleet {action} templated a value it was given"
 
 
+def test_extra_vars_come_back_from_ansibles_loader_as_the_same_untrusted_values(tmp_path):
+    """Read back by ansible-core's own loader as it reads ``-e @file``: every value is what the tool wrote (a
+    checksum of zeros stays a string, "null" and "yes" stay text, 1.10 is not a float) and no string is
+    trusted as a template."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import is_trusted_as_template
+
+    values = {"sha256": "0" * 64, "version": "1.10", "none": "null", "yes": "yes", "size": 1 << 50, "ok": True,
+              "evil": "{{ lookup('pipe', 'id') }}", "nested": {"files": [{"name": "a b", "url": "http://x/{{y}}"}]}}
+    path = tmp_path / "extra_vars.json"
+    runner.write_extra_vars(path, values)
+    back = DataLoader().load_from_file(str(path), trusted_as_template=True)
+    assert back == values
+    strings = [back["sha256"], back["version"], back["none"], back["yes"], back["evil"],
+               back["nested"]["files"][0]["name"], back["nested"]["files"][0]["url"]]
+    assert not any(is_trusted_as_template(v) for v in strings)
+
+
 def test_release_json_with_a_template_in_any_field_runs_nothing(tmp_path, capsys):
     marker = tmp_path / "pwned"
     inv = inventory(tmp_path)
