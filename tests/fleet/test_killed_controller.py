@@ -40,19 +40,20 @@ def test_killing_the_cli_takes_ansible_playbook_with_it(tmp_path):
     cli = subprocess.Popen([sys.executable, "-m", "provisioner", "fleet", "verify", "-i", str(inv)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        for _ in range(600):
-            if ansible_of(inv):
-                break
-            time.sleep(0.1)
-        assert ansible_of(inv), "ansible-playbook never started"
+        silent.settimeout(120)
+        board_side, _ = silent.accept()                # a task is under way: its ssh reached the "board"
+        time.sleep(1)                                  # past the task's first output line
+        assert ansible_of(inv), "ansible-playbook is not running"
         os.killpg(cli.pid, signal.SIGKILL)
         cli.wait(30)
         for _ in range(100):
             if not ansible_of(inv):
                 break
             time.sleep(0.1)
-        assert ansible_of(inv) == []
+        assert ansible_of(inv) == [], [(p, Path(f"/proc/{p}/cmdline").read_bytes()[:300], Path(f"/proc/{p}/stat").read_text()[:120]) for p in ansible_of(inv)]
     finally:
         for pid in ansible_of(inv):
             os.kill(pid, signal.SIGKILL)
         silent.close()
+        if "board_side" in locals():
+            board_side.close()
