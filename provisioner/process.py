@@ -176,8 +176,9 @@ def run_streaming(
 
     ``die_with_parent``: the kernel SIGKILLs the child if this thread dies (kill -9 of us
     included); ``"tree"``: the child and every process below it (:data:`_TREE_REAPER`).
-    ``on_start(pid)`` is called once the child runs. A log that cannot be written (full disk) stops being written, but the child keeps being read to its end: the child's
-    work (a board being flashed) matters more than its log, and the caller gets ``log_error``.
+    ``on_start(pid)`` is called once the child runs. A log that cannot be written (full disk)
+    stops being written, but the child keeps being read to its end: the child's work (a board
+    being flashed) matters more than its log, and the caller gets ``log_error``.
 
     ``graceful``: how Ctrl-C stops the child (see :class:`GracefulStop`); the KeyboardInterrupt is
     re-raised once the child is gone. The log is then flushed whenever the reader has caught up

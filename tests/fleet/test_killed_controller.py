@@ -50,7 +50,7 @@ def test_killing_the_cli_takes_ansible_playbook_with_it(tmp_path):
             if not ansible_of(inv):
                 break
             time.sleep(0.1)
-        assert ansible_of(inv) == [], [(p, Path(f"/proc/{p}/cmdline").read_bytes()[:300], Path(f"/proc/{p}/stat").read_text()[:120]) for p in ansible_of(inv)]
+        assert ansible_of(inv) == [], [Path(f"/proc/{p}/stat").read_text()[:120] for p in ansible_of(inv)]
     finally:
         for pid in ansible_of(inv):
             os.kill(pid, signal.SIGKILL)
