@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from provisioner.errors import UserError
 
@@ -65,57 +64,6 @@ def _death_signal_setter() -> Callable[[], None]:
             os._exit(1)
 
     return setter
-
-
-#: Runs ``argv[2:]`` and, when the parent that started it dies (prctl(2) PR_SET_PDEATHSIG, delivered as
-#: SIGTERM so it can act), SIGKILLs every process below it: the program and all it forked. A death signal
-#: alone reaches only the direct child, and a process group is not enough: ansible-playbook's workers each
-#: call setsid(), so they would go on changing boards after a ``kill -9`` of the controller. The tree is
-#: read from proc(5) (fields 3 and 4 of /proc/<pid>/stat: state and parent) until only zombies are left.
-_TREE_REAPER = """
-import ctypes, os, signal, subprocess, sys
-def descendants():
-    parent = {}
-    for entry in os.listdir('/proc'):
-        try:
-            with open(f'/proc/{entry}/stat') as fh:
-                state, ppid = fh.read().rsplit(')', 1)[1].split()[:2]
-            if state != 'Z':
-                parent[int(entry)] = int(ppid)
-        except (OSError, ValueError, IndexError):
-            pass
-    found, todo = set(), [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        kids = [p for p, pp in parent.items() if pp == pid and p not in found]
-        found.update(kids)
-        todo += kids
-    return found
-def reap(*_):
-    for _round in range(20):
-        pids = descendants()
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    os._exit(137)
-signal.signal(signal.SIGTERM, reap)
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
-if os.getppid() != int(sys.argv[1]):
-    reap()
-rc = subprocess.Popen(sys.argv[2:]).wait()
-sys.exit(rc if rc >= 0 else 128 - rc)
-"""
-
-
-def tree_reaper_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` under :data:`_TREE_REAPER` (for a child started in a session of its own)."""
-    import sys
-
-    return [sys.executable, "-c", _TREE_REAPER, str(os.getpid()), *argv]
 
 
 def start_id(pid: int) -> str | None:
@@ -163,7 +111,7 @@ def run_streaming(
     timeout_s: float | None = None,
     tail_lines: int = 40,
     stop: threading.Event | None = None,
-    die_with_parent: bool | Literal["tree"] = False,
+    die_with_parent: bool = False,
     on_start: Callable[[int], None] | None = None,
     graceful: GracefulStop | None = None,
 ) -> Result:
@@ -175,7 +123,7 @@ def run_streaming(
     exit status and the last ``tail_lines`` lines for error messages.
 
     ``die_with_parent``: the kernel SIGKILLs the child if this thread dies (kill -9 of us
-    included); ``"tree"``: the child and every process below it (:data:`_TREE_REAPER`).
+    included).
     ``on_start(pid)`` is called once the child runs. A log that cannot be written (full disk)
     stops being written, but the child keeps being read to its end: the child's work (a board
     being flashed) matters more than its log, and the caller gets ``log_error``.
@@ -185,7 +133,6 @@ def run_streaming(
     (a build prints 200,000 lines) rather than after every line.
     """
     argv = [str(a) for a in argv]
-    spawn = tree_reaper_argv(argv) if die_with_parent == "tree" else argv
     start = time.monotonic()
     tail: list[str] = []
     if stop is not None and stop.is_set():
@@ -199,10 +146,10 @@ def run_streaming(
             log_error = f"{log_path}: {exc.strerror}"
     try:
         proc = subprocess.Popen(
-            spawn, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
             text=True, encoding="utf-8", errors="replace", bufsize=1,
-            preexec_fn=_death_signal_setter() if die_with_parent is True else None,  # noqa: PLW1509 - one syscall
+            preexec_fn=_death_signal_setter() if die_with_parent else None,  # noqa: PLW1509 - one syscall
         )
     except OSError as exc:
         if log:

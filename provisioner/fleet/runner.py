@@ -278,10 +278,12 @@ def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None
         if on_event:
             on_event({"event": "tuning", "line": describe_tuning(child_env)})
         started = time.monotonic()
-        # a controller killed with -9 takes ansible-playbook and its forked workers with it, so a rerun is the
-        # only run touching the boards (a leftover run would go on rebooting and committing behind its back)
+        # a controller killed with -9 takes ansible-playbook with it: no task starts after that, so a rerun is
+        # the only run touching the boards. A task already running on a board (its worker, a session of its
+        # own) finishes what it does there and exits, as it can report to no one: a board is never left
+        # halfway through a module by the kill
         res = run_streaming(argv, on_line=collector.line, log_path=log_path, env=child_env, timeout_s=timeout_s,
-                            die_with_parent="tree")
+                            die_with_parent=True)
     run = FleetRun(action=action, inventory=str(inv), argv=argv, returncode=res.returncode,
                    duration_s=round(time.monotonic() - started, 2), hosts=collector.hosts, stats=collector.stats,
                    log_path=str(log_path) if log_path else None, other_lines=collector.other)

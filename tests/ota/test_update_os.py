@@ -137,10 +137,18 @@ def test_max_fail_percentage_stops_the_rollout_before_the_next_batch(ota):
 
 
 def _wait_for_ssh(board, timeout_s=120):
-    """Until the board's sshd accepts a connection (a rebooting virtual board has none for a moment)."""
+    """Until a reboot the killed run may have started is over and the board's sshd accepts a connection.
+
+    The controller dies with its ansible-playbook (and its workers); the board's power-cycle, once asked
+    for, goes on by itself (provisioner.sim.ostree_board reboot, detached), as a real board's would.
+    """
     from provisioner.sim import host
 
     deadline = time.monotonic() + timeout_s
+    time.sleep(1)
+    while time.monotonic() < deadline and subprocess.run(
+            ["pgrep", "-f", f"ostree_board reboot {board.root} {board.serial}"], capture_output=True).returncode == 0:
+        time.sleep(0.2)
     while time.monotonic() < deadline:
         if subprocess.run(host.ssh_argv(board, "true"), capture_output=True, timeout=60).returncode == 0:
             return
