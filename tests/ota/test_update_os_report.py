@@ -65,3 +65,24 @@ def test_the_api_step_goes_to_the_port_the_board_runs_its_instance_on():
     unreadable = {"units_show": {enabled: "enabled"}, "read": {key: {"content": None, "error": "No such file"}}}
     serve = update_os.enabled_instances(expect, unreadable, bind="127.0.0.1", port_base=8080)
     assert [i["port"] for i in serve["instances"]] == [8080]
+
+
+def test_a_launched_instance_the_update_took_away_fails_the_api_step():
+    """fleet launch wrote the instance's config, but after the update its unit is not enabled (another image,
+    another board type): the gate fails naming the unit, and never says "fleet launch not run"."""
+    from provisioner.contracts import inventory
+    from provisioner.fleet import update_os
+
+    expect = inventory.HostVars.from_vars({"edge_llm_board": "iq-8275-evk", "edge_llm_models": [
+        {"name": "gemma-4-e2b", "kind": "litertlm", "qairt": "2.44.0.260225"}]})
+    spec = update_os.gate_spec(expect)
+    key = next(k for k, path in spec["read"].items() if str(path).endswith("/serve/gemma-4-e2b.json"))
+    enabled = next(k for k, (_unit, prop) in spec["units_show"].items() if prop == update_os.ENABLED_PROPERTY)
+    probe = {"units_show": {enabled: ""}, "read": {key: {"content": '{"port": 8080, "bind": "127.0.0.1"}'}}}
+    serve = update_os.enabled_instances(expect, probe, bind="127.0.0.1", port_base=8080)
+    assert serve["instances"] == [] and [x["unit"] for x in serve["lost"]] == ["edge-llm-serve@gemma-4-e2b.service"]
+    step = update_os.lost_step(serve["lost"])
+    assert "not run" not in step and "edge-llm-serve@gemma-4-e2b.service" in step
+    never = update_os.enabled_instances(expect, {"units_show": {enabled: ""}, "read": {}}, bind="127.0.0.1",
+                                        port_base=8080)
+    assert never["lost"] == [] and never["instances"] == []           # never launched: the API step is skipped
