@@ -128,7 +128,7 @@ def evaluate(expect: HostVars, probe: dict[str, Any], *, smoke_only: bool = Fals
             checks += _model_checks(expect, m, probe)
         run = (probe.get("runs") or {}).get(m.name)
         if run is not None:
-            c, fig = smoke_check(m, run)
+            c, fig = smoke_check(m, run, expect.prompt)
             checks.append(c)
             figures[m.name] = fig
     failed = [c for c in checks if not c.ok]
@@ -389,13 +389,17 @@ def api_checks(expect: HostVars, api: dict[str, dict[str, Any]]) -> list[Check]:
     return out
 
 
-def smoke_check(m: ModelVars, run: dict[str, Any]) -> tuple[Check, dict[str, Any]]:
-    """Judge one smoke inference: exit status, figures vs floors, coherent text, log signatures."""
+def smoke_check(m: ModelVars, run: dict[str, Any], prompt: str | None = None) -> tuple[Check, dict[str, Any]]:
+    """Judge one smoke inference: exit status, figures vs floors, coherent text, log signatures.
+
+    ``prompt`` is the smoke prompt: litert_lm_main prints it before the answer, and only the answer
+    may be judged for coherence (a good prompt must not pass an empty or broken answer).
+    """
     name = f"smoke:{m.name}"
     stdout = run.get("stdout") or ""
     log = stdout + "\n" + (run.get("stderr") or "")
     profile = (run.get("collected") or {}).get("{work}/profile.json")
-    parsed = serve.parse_run(m.runtime, stdout, profile)
+    parsed = serve.parse_run(m.runtime, stdout, profile, prompt)
     fig = {k: parsed.get(k) for k in ("decode_tok_s", "ttft_s", "prefill_tok_s", "decode_tokens", "init_s")}
     fig["min_decode_tok_s"] = m.min_decode_tok_s
     fig["max_ttft_s"] = m.max_ttft_s
@@ -432,7 +436,7 @@ def benchmark_summary(expect: HostVars, repeats: dict[str, list[dict[str, Any]]]
         runs = repeats.get(m.name) or []
         figs = []
         for run in runs:
-            check, fig = smoke_check(m, run)
+            check, fig = smoke_check(m, run, expect.prompt)
             figs.append({"ok": check.ok, "decode_tok_s": fig.get("decode_tok_s"), "ttft_s": fig.get("ttft_s"),
                          "detail": "" if check.ok else check.detail})
         decs = [f["decode_tok_s"] for f in figs if f["decode_tok_s"] is not None]

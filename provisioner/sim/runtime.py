@@ -744,10 +744,16 @@ def _generate_litert(flags: dict[str, Any], prompt: str, model: ModelView, view:
     prompt_tokens = flags.get("benchmark_prefill_tokens") or count_tokens(prompt) + 8
     t = timing(view, model, prompt_tokens, n, burst=burst, rng=rng)
     text = garbage_for(prompt, n) if "wrong-soc-model" in view.faults else coherent
-    _sleep(view, t.init_s + t.ttft_s)
-    out.write(text + "\n")
+    _sleep(view, t.init_s)
+    # LiteRT-LM cbf463d runtime/engine/litert_lm_main.cc:152: the prompt is echoed before it is sent
+    out.write(f"input_prompt: {prompt}\n")
+    out.flush()
+    _sleep(view, t.ttft_s)
+    out.write(text)                 # :81, the answer as it streams; :77, a newline when it ends
+    out.write("\n")
     out.flush()
     _sleep(view, t.decode_s)
+    out.write("\n")                 # :164, std::endl before the BenchmarkInfo
     out.write("BenchmarkInfo:\n")
     out.write(f"Time to first token: {t.ttft_s:.2f} s\n")
     out.write("Prefill Turns (Total 1 turns):\n")

@@ -115,3 +115,75 @@ def test_pam_memlock_rules_root_needs_its_own_line():
     assert verdict.pam_memlock("root", [wildcard_only]) == 8192 * 1024          # pam_limits: * never covers root
     assert verdict.pam_memlock("llm", [wildcard_only]) == "infinity"
     assert verdict.pam_memlock("root", [wildcard_only, "root - memlock unlimited"]) == "infinity"
+
+
+# litert_lm_main's stdout laid out as the pinned source prints it (LiteRT-LM cbf463d):
+# runtime/engine/litert_lm_main.cc:152 echoes "input_prompt: <prompt>" first, :81 streams the answer,
+# :77 ends it with a newline, :164 prints a blank line and BenchmarkInfo (runtime/engine/io_types.cc:468).
+SMOKE_PROMPT = "Explain in two sentences what an NPU is."
+NPU_ANSWER = ("An NPU is a processor built for the matrix arithmetic of neural networks. "
+              "It runs a model's layers faster and with less power than a CPU.")
+LITERT_BENCHMARK = """BenchmarkInfo:
+  Init Phases (4):
+    - Init Executor: 1523.71 ms
+    - Init LLM metadata: 0.41 ms
+    - Init Model assets: 12.07 ms
+    - Init Tokenizer: 8.33 ms
+--------------------------------------------------
+  Time to first token: 0.09 s
+--------------------------------------------------
+  Prefill Turns (Total 1 turns):
+    Prefill Turn 1: Processed 23 tokens in 41.2ms duration.
+      Prefill Speed: 558.25 tokens/sec.
+--------------------------------------------------
+  Decode Turns (Total 1 turns):
+    Decode Turn 1: Processed 38 tokens in 1.31s duration.
+      Decode Speed: 29.01 tokens/sec.
+--------------------------------------------------
+  TextToTokenIds Turns (Total 1 turns):
+    Turn 1: 1.2ms, 23 tokens
+--------------------------------------------------
+--------------------------------------------------
+"""
+
+
+def litert_main_stdout(prompt: str, answer: str) -> str:
+    """What litert_lm_main at the pin writes to stdout for one prompt and answer."""
+    return f"input_prompt: {prompt}\n{answer}\n\n{LITERT_BENCHMARK}\n"
+
+
+GEMMA = ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
+                  min_decode_tok_s=25.6, max_ttft_s=0.5)
+
+
+def test_litert_answer_is_what_the_model_said_without_the_echoed_prompt():
+    out = serve.parse_benchmark_info(litert_main_stdout(SMOKE_PROMPT, NPU_ANSWER))
+    assert out["text"] == NPU_ANSWER
+    assert out["decode_tok_s"] == 29.01 and out["ttft_s"] == 0.09 and out["prefill_tokens"] == 23
+    check, fig = verdict.smoke_check(GEMMA, {"rc": 0, "stdout": litert_main_stdout(SMOKE_PROMPT, NPU_ANSWER),
+                                             "stderr": "Set HTP performance mode: 2"}, prompt=SMOKE_PROMPT)
+    assert check.ok and fig["text"] == NPU_ANSWER
+
+
+def test_a_board_that_answers_nothing_fails_verify_although_the_prompt_reads_well():
+    """The echoed prompt is good English: scored as the answer, an empty answer passed the smoke check."""
+    run = {"rc": 0, "stdout": litert_main_stdout(SMOKE_PROMPT, ""), "stderr": "Set HTP performance mode: 2"}
+    check, fig = verdict.smoke_check(GEMMA, run)
+    assert not check.ok and check.diagnosis == "garbage" and "empty answer" in check.detail
+    assert fig["text"] == ""
+
+
+def test_a_collapsed_answer_is_not_rescued_by_the_prompts_vocabulary():
+    collapsed = " ".join(["the NPU runs the model and the NPU runs"] * 4)      # 36 words, 5 distinct
+    assert not serve.coherence(collapsed)[0]
+    run = {"rc": 0, "stdout": litert_main_stdout(SMOKE_PROMPT, collapsed), "stderr": "Set HTP performance mode: 2"}
+    check, _ = verdict.smoke_check(GEMMA, run)
+    assert not check.ok and "vocabulary collapsed" in check.detail
+
+
+def test_a_prompt_of_several_lines_is_cut_whole_when_known_and_by_its_first_line_when_not():
+    prompt = "You are terse.\nExplain in two sentences what an NPU is."
+    stdout = litert_main_stdout(prompt, NPU_ANSWER)
+    assert serve.parse_run("litert_lm", stdout, prompt=prompt)["text"] == NPU_ANSWER
+    # without the prompt the parser can only know where the echo's first line ends
+    assert serve.parse_run("litert_lm", litert_main_stdout(SMOKE_PROMPT, NPU_ANSWER))["text"] == NPU_ANSWER

@@ -31,7 +31,8 @@ def _expected(board_id: str, model: str) -> float:
 def test_healthy_board_answers_coherently_at_catalog_speed(gemma):
     out = ssh(gemma, litert_cmd(gemma, QUESTION))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(answer_for(QUESTION))
+    # LiteRT-LM cbf463d runtime/engine/litert_lm_main.cc:152,81,77,164: prompt echo, answer, newline, BenchmarkInfo
+    assert out.stdout.startswith(f"input_prompt: {QUESTION}\n{answer_for(QUESTION)}\n\nBenchmarkInfo:\n")
     assert "BenchmarkInfo:" in out.stdout and "Time to first token:" in out.stdout
     assert decode_speed(out.stdout) == pytest.approx(_expected("iq-8275-evk", "gemma-4-e2b"), rel=0.08)
     assert "Set HTP performance mode: 2" in out.stderr
@@ -65,7 +66,7 @@ def test_runtime_faults_read_live_from_the_board(gemma):
         gemma.add_fault("wrong-soc-model")
         garbage = ssh(gemma, litert_cmd(gemma, QUESTION))
         assert garbage.returncode == 0                      # no error at all, as a wrong soc_model gives on a board
-        first = garbage.stdout.splitlines()[0]
+        first = garbage.stdout.splitlines()[1]              # after the prompt's echo
         assert first.startswith(" ".join(answer_for(QUESTION).split()[:3]))
         assert first.count(GARBAGE_TOKEN) >= 4
     finally:
