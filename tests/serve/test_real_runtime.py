@@ -1,0 +1,231 @@
+"""edge-llm-serve, unmodified, on Google's real LiteRT-LM runtime (PyPI litert-lm-api 0.12.0, the C ABI
+of the pinned cbf463d) with the real tiny models of ../shared/realworld/litertlm/tiny/, backend cpu.
+
+The stand-in library agrees with our bindings by construction; these tests are where the bindings meet
+the real ``c/engine.h`` library. Every request goes through the official ``openai`` client.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.serve.conftest import TOKEN
+
+REALWORLD = Path(__file__).resolve().parents[2] / ".." / "shared" / "realworld"
+TINY = REALWORLD / "litertlm" / "tiny"
+CONTEXT = 512   # the tiny models' KV cache (tiny.reference.json "kv_cache_len")
+
+
+def real_library() -> Path:
+    """liblitert-lm.so of the installed litert-lm-api wheel (located without importing Google's binding)."""
+    spec = importlib.util.find_spec("litert_lm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("litert-lm-api is not installed (pip install -e '.[test]' installs 0.12.0)")
+    lib = Path(next(iter(spec.submodule_search_locations))) / "liblitert-lm.so"
+    if not lib.is_file():
+        pytest.skip(f"{lib} is missing from the installed litert-lm-api")
+    return lib
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    """tiny.reference.json: the greedy continuation of its prompt, token by token."""
+    if not REALWORLD.is_dir():
+        pytest.skip(f"{REALWORLD.resolve()} is absent: the real-runtime tests need ../shared/realworld")
+    return json.loads((TINY / "tiny.reference.json").read_text())
+
+
+@pytest.fixture
+def real_board(tmp_path, start_board, reference):
+    """real_board(**cfg) -> a Board serving tiny.litertlm on the real library (model in a directory of its own)."""
+    lib = real_library()
+
+    def start(**extra):
+        mdir = tmp_path / f"tiny{len(list(tmp_path.glob('tiny*')))}"
+        mdir.mkdir()
+        shutil.copy(TINY / "tiny.litertlm", mdir / "tiny.litertlm")
+        cfg = {"model": "tiny", "library": str(lib), "model_dir": str(mdir), "model_file": "tiny.litertlm",
+               "backend": "cpu", "chat_template": "gemma"} | extra
+        return start_board("litert_lm", **cfg)
+
+    return start
+
+
+def client(board):
+    from openai import OpenAI
+    return OpenAI(base_url=f"{board.url}/v1", api_key=TOKEN, max_retries=0, timeout=60)
+
+
+def pieces(reference: dict) -> list[str]:
+    """The reference tokens as text (SentencePiece's word mark is a space)."""
+    return [p.replace("\u2581", " ") for p in reference["decode_pieces"]]
+
+
+def chat_stream(c, reference: dict, **kw) -> tuple[list[str], str | None]:
+    stream = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": reference["prompt"]}],
+                                       max_tokens=len(reference["decode_pieces"]), stream=True, **kw)
+    out, finish = [], None
+    for ch in stream:
+        if ch.choices and ch.choices[0].delta.content:
+            out.append(ch.choices[0].delta.content)
+        if ch.choices and ch.choices[0].finish_reason:
+            finish = ch.choices[0].finish_reason
+    return out, finish
+
+
+def test_models_chat_and_completions_give_the_reference_greedy_output(real_board, reference):
+    board = real_board()
+    c = client(board)
+    assert [m.id for m in c.models.list().data] == ["tiny"]
+    streamed, finish = chat_stream(c, reference)
+    assert streamed == pieces(reference)          # token by token, as the PyTorch model computed them
+    assert finish == "length"                     # max_tokens reached
+    whole = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": reference["prompt"]}],
+                                      max_tokens=len(reference["decode_pieces"]))
+    assert whole.choices[0].message.content == reference["decode_text"]
+    assert whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == len(reference["decode_pieces"])
+    # completions: the raw prompt, no chat template; streamed and whole agree and stop at max_tokens
+    text = c.completions.create(model="tiny", prompt="Hello", max_tokens=8)
+    assert text.choices[0].finish_reason == "length" and text.usage.completion_tokens == 8
+    parts = [ch.choices[0].text for ch in c.completions.create(model="tiny", prompt="Hello", max_tokens=8,
+                                                               stream=True) if ch.choices]
+    assert "".join(parts) == text.choices[0].text
+
+
+def test_a_seed_alone_keeps_greedy_decoding(real_board, reference):
+    """OpenAI's ``seed`` makes sampling repeatable; it must not turn the default greedy decoding into sampling."""
+    c = client(real_board())
+    streamed, _ = chat_stream(c, reference, seed=7)
+    assert streamed == pieces(reference)
+
+
+def test_the_system_message_reaches_the_model(real_board, reference):
+    """Two different system texts, from the request or from the config, give different answers."""
+    board = real_board()
+    c = client(board)
+
+    def answer(c, system: str | None) -> str:
+        msgs = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": reference["prompt"]}]
+        return c.chat.completions.create(model="tiny", messages=msgs, max_tokens=12).choices[0].message.content
+
+    plain = answer(c, None)
+    pirate, formal = answer(c, "You are a pirate."), answer(c, "Answer formally, in one short sentence.")
+    assert len({plain, pirate, formal}) == 3
+    configured = client(real_board(system_prompt="Answer formally, in one short sentence."))
+    assert answer(configured, None) == formal
+
+
+def test_a_prompt_longer_than_the_context_is_a_400_before_any_byte(real_board):
+    from openai import BadRequestError
+    c = client(real_board())
+    long = "Hello " * 600
+    with pytest.raises(BadRequestError) as whole:
+        c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": long}], max_tokens=4)
+    assert str(CONTEXT) in whole.value.message
+    with pytest.raises(BadRequestError) as streamed:     # raised by create(): the status line is a 400
+        c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": long}], max_tokens=4,
+                                  stream=True)
+    assert str(CONTEXT) in streamed.value.message
+    with pytest.raises(BadRequestError):
+        c.completions.create(model="tiny", prompt=long, max_tokens=4, stream=True)
+
+
+def test_a_generation_that_fills_the_context_ends_with_length(real_board):
+    c = client(real_board(max_num_tokens=CONTEXT))
+    chat = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}], max_tokens=600)
+    assert chat.choices[0].finish_reason == "length"
+    assert chat.usage.total_tokens == CONTEXT
+    text = c.completions.create(model="tiny", prompt="Hello", max_tokens=600)
+    assert text.choices[0].finish_reason == "length"
+    assert text.usage.completion_tokens > 400
+
+
+def test_four_concurrent_clients_each_get_the_reference(real_board, reference):
+    board = real_board()
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            results.append(chat_stream(client(board), reference)[0])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert results == [pieces(reference)] * 4
+
+
+def test_metrics_count_what_was_served(real_board, reference):
+    board = real_board()
+    chat_stream(client(board), reference)
+    req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
+    assert "edge_llm_model_loaded 1" in text
+    generated = [ln for ln in text.splitlines() if ln.startswith("edge_llm_generated_tokens_total")]
+    assert generated and float(generated[0].split()[-1]) == len(reference["decode_pieces"])
+
+
+def test_the_model_directory_stays_untouched_and_the_log_quiet(real_board, reference):
+    """No .xnnpack_cache beside the model (the runtime's default without a cache dir); no INFO lines."""
+    board = real_board()
+    chat_stream(client(board), reference)
+    mdir = Path(json.loads(board.cfg_path.read_text())["model_dir"])
+    assert sorted(p.name for p in mdir.iterdir()) == ["tiny.litertlm"]
+    info = [ln for ln in board.log.read_text().splitlines() if ln.startswith("I0000")]
+    assert not info, info[:3]
+
+
+# A library that has every function the service binds and, besides, the symbols of LiteRT-LM's later
+# C ABI (PyPI litert-lm-api 0.18.1: litert_lm_stream_chunk_get_text, litert::lm::LITERT_LM_VERSION as a
+# string_view). The real 0.18.1 wheel cannot be had without the network here; this is its symbol table.
+OTHER_ABI_C = """
+#include <stddef.h>
+struct sv { const char* p; size_t n; };
+struct sv litert_version __asm__("_ZN6litert2lm17LITERT_LM_VERSIONE") = {"0.18.1", 6};
+const char* litert_lm_stream_chunk_get_text(void* chunk) { return 0; }
+"""
+
+
+def test_a_library_of_another_abi_is_refused_at_start_with_one_line(tmp_path, start_board):
+    import importlib.machinery
+    loader = importlib.machinery.SourceFileLoader("edge_llm_serve_abi", str(
+        Path(__file__).resolve().parents[2] / "layers/meta-edge-llm/recipes-ai/edge-llm-serve/files/edge-llm-serve"))
+    names = [ln.split('"')[1] for ln in loader.get_source("edge_llm_serve_abi").splitlines()
+             if ln.strip().startswith('"litert_lm_') and "(" in ln]
+    src = tmp_path / "other.c"
+    src.write_text(OTHER_ABI_C + "".join(f"void* {n}(void) {{ return 0; }}\n" for n in names))
+    lib = tmp_path / "liblitert-lm.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    board = start_board("litert_lm", wait=False, library=str(lib))
+    deadline = 100
+    health = None
+    while deadline:
+        try:
+            urllib.request.urlopen(f"{board.url}/health", timeout=2)
+        except urllib.error.HTTPError as exc:
+            health = json.loads(exc.read())
+            if health.get("status") == "failed":
+                break
+        except OSError:
+            pass
+        deadline -= 1
+        threading.Event().wait(0.1)
+    assert health and health["status"] == "failed"
+    assert "0.18.1" in health["reason"] and "0.12.0" in health["reason"]
+    lines = [ln for ln in board.log.read_text().splitlines() if "not loaded" in ln]
+    assert len(lines) == 1 and "0.18.1" in lines[0] and "0.12.0" in lines[0]
