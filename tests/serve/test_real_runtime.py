@@ -181,13 +181,15 @@ def test_metrics_count_what_was_served(real_board, reference):
 
 
 def test_the_model_directory_stays_untouched_and_the_log_quiet(real_board, reference):
-    """No .xnnpack_cache beside the model (the runtime's default without a cache dir); no INFO lines."""
+    """No .xnnpack_cache beside the model (the runtime's default without a cache dir); no INFO lines, and on
+    the cpu backend no errors about a missing NPU dispatch library."""
     board = real_board()
     chat_stream(client(board), reference)
     mdir = Path(json.loads(board.cfg_path.read_text())["model_dir"])
     assert sorted(p.name for p in mdir.iterdir()) == ["tiny.litertlm"]
     info = [ln for ln in board.log.read_text().splitlines() if ln.startswith("I0000")]
     assert not info, info[:3]
+    assert "No dispatch library found" not in board.log.read_text()
 
 
 # A library that has every function the service binds and, besides, the symbols of LiteRT-LM's later
@@ -229,3 +231,26 @@ def test_a_library_of_another_abi_is_refused_at_start_with_one_line(tmp_path, st
     assert "0.18.1" in health["reason"] and "0.12.0" in health["reason"]
     lines = [ln for ln in board.log.read_text().splitlines() if "not loaded" in ln]
     assert len(lines) == 1 and "0.18.1" in lines[0] and "0.12.0" in lines[0]
+
+
+def test_a_client_that_leaves_mid_stream_cancels_its_generation(real_board):
+    """The runtime stops (conversation cancel, engine.h) instead of decoding to the end for nobody."""
+    import http.client
+    board = real_board()
+    conn = http.client.HTTPConnection("127.0.0.1", board.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": "tiny", "stream": True, "max_tokens": 500, "messages": [{"role": "user", "content": "Hello"}]}),
+        {"Content-Type": "application/json", **board.headers()})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.fp.readline().startswith(b"data: ")
+    resp.close()        # http.client hands the socket to the response: this closes the connection
+    conn.close()
+    req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
+    for _ in range(200):
+        text = urllib.request.urlopen(req, timeout=10).read().decode()
+        if "edge_llm_cancelled_total 1" in text:
+            break
+        threading.Event().wait(0.05)
+    assert "edge_llm_cancelled_total 1" in text
+    generated = [ln for ln in text.splitlines() if ln.startswith("edge_llm_generated_tokens_total")]
+    assert float(generated[0].split()[-1]) < 500
