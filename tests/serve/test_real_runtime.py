@@ -121,8 +121,22 @@ def test_the_system_message_reaches_the_model(real_board, reference):
     plain = answer(c, None)
     pirate, formal = answer(c, "You are a pirate."), answer(c, "Answer formally, in one short sentence.")
     assert len({plain, pirate, formal}) == 3
+    developer = c.chat.completions.create(model="tiny", max_tokens=12, messages=[
+        {"role": "developer", "content": "You are a pirate."}, {"role": "user", "content": reference["prompt"]}])
+    assert developer.choices[0].message.content == pirate
     configured = client(real_board(system_prompt="Answer formally, in one short sentence."))
     assert answer(configured, None) == formal
+
+
+def test_earlier_turns_reach_the_model(real_board, reference):
+    c = client(real_board())
+    alone = c.chat.completions.create(model="tiny", max_tokens=8,
+                                      messages=[{"role": "user", "content": reference["prompt"]}])
+    after = c.chat.completions.create(model="tiny", max_tokens=8, messages=[
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"},
+        {"role": "user", "content": reference["prompt"]}])
+    assert after.choices[0].message.content != alone.choices[0].message.content
+    assert after.usage.prompt_tokens > alone.usage.prompt_tokens
 
 
 def test_a_prompt_longer_than_the_context_is_a_400_before_any_byte(real_board):
