@@ -329,7 +329,7 @@ def start_service(work: Path, name: str, **cfg_extra: Any) -> Board:
     token.chmod(0o600)
     cfg = {"model": "gemma-4-e2b", "runtime": "litert_lm", "model_dir": str(mdir),
            "executable": str(work / "bin" / "runtime"),
-           "library": str(cstandins.build("liblitert_lm_c_api.so", layout.LITERT_QAIRT)),
+           "library": str(cstandins.build(cstandins.LITERT_LM, layout.LITERT_QAIRT)),
            "port": free_port(), "bind": "127.0.0.1", "token_file": str(token), "model_file": "m.litertlm",
            "chat_template": "gemma", **cfg_extra}
     cfg_path = work / f"{name}.json"

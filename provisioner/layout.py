@@ -140,9 +140,10 @@ def qairt_files(board: Board, version: str, with_genie: bool) -> list[str]:
 
 
 # The C API library the on-board service binds (edge-llm-serve LITERT_LM_LIBRARY): LiteRT-LM's
-# cc_binary //c:litert-lm (linkshared, c/BUILD; python/litert_lm/BUILD copies it as liblitert-lm.so),
-# shipped under this name by `provisioner litert build`.
-LITERT_CAPI_LIB = "lib/liblitert_lm_c_api.so"
+# cc_binary //python/litert_lm:litert-lm (linkshared, python/litert_lm/BUILD:26-50 at cbf463d),
+# shipped by `provisioner litert build` under the name Google's Python package loads it by
+# (python/litert_lm/_ffi.py:104) and PyPI litert-lm-api ships it as.
+LITERT_CAPI_LIB = "lib/liblitert-lm.so"
 LITERT_FILES = ("bin/litert_lm_main", "lib/libLiteRtDispatch_Qualcomm.so", "lib/libLiteRt.so",
                 "lib/libGemmaModelConstraintProvider.so", LITERT_CAPI_LIB)
 

@@ -6,10 +6,11 @@ and this command produces it, reproducibly:
 
 1. clone google-ai-edge/LiteRT-LM at the pinned commit (or reuse ``--source``), ``git lfs pull``;
 2. apply patches 1 and 2 (from ``layers/meta-edge-llm/recipes-ai/litert-lm/files``);
-3. ``bazel fetch``, then patch 3 inside the ``@litert`` external (it lives in Bazel's output base);
-4. ``bazel build --nofetch`` the three targets (``litert_lm_main``, the Qualcomm dispatch library and
-   the C API library ``//c:litert-lm`` that edge-llm-serve binds) with ``LITERT_QAIRT_SDK`` the way
-   LiteRT concatenates it;
+3. ``bazel fetch`` the three targets the build names, then patch 3 inside the ``@litert`` external
+   (it lives in Bazel's output base);
+4. ``bazel build --nofetch`` those three targets (``litert_lm_main``, the Qualcomm dispatch library and
+   the C API library ``//python/litert_lm:litert-lm`` that edge-llm-serve binds) with
+   ``LITERT_QAIRT_SDK`` the way LiteRT concatenates it;
 5. collect the five files, check that each is an aarch64 ELF (not an LFS pointer), and write a
    deterministic tarball + ``.sha256`` under the name the recipe expects.
 
@@ -45,13 +46,15 @@ from provisioner.ui import Reporter
 UPSTREAM = pins.LITERT_LM_UPSTREAM
 PINNED_COMMIT = pins.LITERT_LM_COMMIT
 QAIRT = pins.LITERT_LM_QAIRT
-TARGET_MAIN = "//runtime/engine:litert_lm_main"
+TARGET_MAIN = "//runtime/engine:litert_lm_main"          # runtime/engine/BUILD:199 at cbf463d
 TARGET_DISPATCH = "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so"
-# LiteRT-LM's C API as a shared library (c/BUILD cc_binary "litert-lm", linkshared; the Python
-# package's python/litert_lm/BUILD copies the same target as liblitert-lm.so). Checked at
-# google-ai-edge/LiteRT-LM 0544937d (c/BUILD) / 0307d0d4 (python/litert_lm/BUILD): the pinned
-# cbf463d97fa3 is not in any public copy we could read. edge-llm-serve binds it with ctypes.
-TARGET_CAPI = "//c:litert-lm"
+# LiteRT-LM's C API as a shared library, which edge-llm-serve binds with ctypes:
+# python/litert_lm/BUILD:26-50 at cbf463d97fa3 (cc_binary "litert-lm", linkshared = 1; c/BUILD there
+# has only the cc_library targets engine/engine_cpu). Bazel names the output after the rule
+# (bazel-bin/python/litert_lm/litert-lm); Google's Python package loads it as liblitert-lm.so
+# (python/litert_lm/_ffi.py:104), the name it is shipped under. The pinned commit is public:
+# github.com/zkh2016/LiteRT-LM holds cbf463d97fa3 (google-ai-edge/LiteRT-LM's history).
+TARGET_CAPI = "//python/litert_lm:litert-lm"
 LFS_LIB = "prebuilt/linux_arm64/libGemmaModelConstraintProvider.so"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 EM_AARCH64 = 183
@@ -62,7 +65,7 @@ OUTPUTS = {
     "lib/libLiteRtDispatch_Qualcomm.so": ["external/litert/litert/vendors/qualcomm/dispatch/"
                                           "libLiteRtDispatch_Qualcomm.so"],
     "lib/libLiteRt.so": ["external/litert/litert/c/libLiteRt.so", "runtime/engine/libLiteRt.so"],
-    layout.LITERT_CAPI_LIB: ["c/litert-lm", "c/liblitert-lm.so"],
+    layout.LITERT_CAPI_LIB: ["python/litert_lm/litert-lm"],
 }
 
 
@@ -354,6 +357,7 @@ def write_tarball(files: Mapping[str, Path | bytes], dest: Path) -> str:
 
 
 def _find_output(bazel_bin: Path, candidates: list[str], name: str) -> Path:
+    """The built file: the first candidate path that exists, else the shallowest file named ``name``."""
     for c in candidates:
         p = bazel_bin / c
         if p.is_file():
@@ -390,6 +394,11 @@ class LitertBuild:
     def bazel_flags(self) -> list[str]:
         return ["--repo_env=CC=clang-18", "--repo_env=CXX=clang++-18"]
 
+    @property
+    def targets(self) -> list[str]:
+        """What is fetched, then built: the runtime, the Qualcomm dispatch library, the C API library."""
+        return [TARGET_MAIN, TARGET_DISPATCH, TARGET_CAPI]
+
     def steps(self, bazel: str = "bazel") -> list[Command]:
         o, src = self.o, self.o.src
         source = o.source or UPSTREAM
@@ -401,11 +410,14 @@ class LitertBuild:
             Command("lfs-check", fn=lambda: self._check_lfs(), what=f"{LFS_LIB} must be an ELF, not an LFS pointer"),
             Command("patch-1", fn=lambda: apply_patch(p1, src), what=f"apply {p1.name} in {src}"),
             Command("patch-2", fn=lambda: apply_patch(p2, src), what=f"apply {p2.name} in {src}"),
-            Command("fetch", argv=[bazel, "fetch", *self.bazel_flags, TARGET_MAIN], cwd=src),
+            # every target the build names: --nofetch then finds each package's load()s (e.g.
+            # python/litert_lm/BUILD:15-21,221-223 at cbf463d: @org_tensorflow, @rules_python,
+            # @bazel_skylib) and each dep (its @nlohmann_json) already fetched
+            Command("fetch", argv=[bazel, "fetch", *self.bazel_flags, *self.targets], cwd=src),
             Command("patch-3", fn=self._patch_external,
                  what=f"apply {p3.name} in $(bazel info output_base)/external/litert"),
-            Command("build", argv=[bazel, "build", "--nofetch", "-c", "opt", *self.bazel_flags, TARGET_MAIN,
-                                TARGET_DISPATCH, TARGET_CAPI], cwd=src),
+            Command("build", argv=[bazel, "build", "--nofetch", "-c", "opt", *self.bazel_flags, *self.targets],
+                    cwd=src),
             Command("collect", fn=self._collect, what=f"collect the {len(layout.LITERT_FILES)} files, check aarch64 "
                  "ELF (readelf -h, file), "
                  f"write {o.out / tarball_name(o.rev, o.qairt)} + .sha256"),
@@ -547,7 +559,7 @@ class LitertBuild:
         bazel_bin = src / "bazel-bin"
         files: dict[str, Path] = {}
         for dest, candidates in OUTPUTS.items():
-            files[dest] = _find_output(bazel_bin, candidates, Path(dest).name)
+            files[dest] = _find_output(bazel_bin, candidates, Path(candidates[0]).name)
         files["lib/libGemmaModelConstraintProvider.so"] = src / LFS_LIB
         for dest, path in files.items():
             check_aarch64(path, dest, self.env)

@@ -3,8 +3,9 @@
 The on-board service binds the runtimes' C APIs with ctypes; a virtual board must offer the same
 interface, so the image carries real ELF shared libraries compiled here from ``clib/*.c``:
 
-* ``liblitert_lm_c_api.so`` at ``<litert dir>/lib`` (where the litert-lm-runtime recipe installs
-  the library that ``provisioner litert build`` builds from LiteRT-LM's ``//c:litert-lm``);
+* ``liblitert-lm.so`` at ``<litert dir>/lib`` (where the litert-lm-runtime recipe installs the
+  library that ``provisioner litert build`` builds from LiteRT-LM's ``//python/litert_lm:litert-lm``,
+  under the name Google's Python package loads it by: python/litert_lm/_ffi.py:104 at cbf463d);
 * ``libGenie.so`` in each QAIRT host lib dir (where qairt-runtime installs the SDK's).
 
 It also builds the one program a virtual board runs instead of an idle sshd: ``sshd-socket``
@@ -25,11 +26,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from provisioner import layout
 from provisioner.errors import SimError
 from provisioner.sim import runtime, systemctl
 
 SRC_DIR = Path(__file__).with_name("clib")
-LIBRARIES = {"liblitert_lm_c_api.so": "litert_lm.c", "libGenie.so": "genie.c"}
+LITERT_LM = Path(layout.LITERT_CAPI_LIB).name     # liblitert-lm.so
+LIBRARIES = {LITERT_LM: "litert_lm.c", "libGenie.so": "genie.c"}
+# The name the stand-in had before it took the real one; still accepted from callers not yet moved.
+RENAMED = {"liblitert_lm_c_api.so": LITERT_LM}
 PROGRAMS = {"sshd-socket": "sshd_socket.c"}
 COMMON = ("oracle.c", "oracle.h")
 
@@ -54,6 +59,7 @@ def _argv(name: str, qairt: str, out: Path) -> list[str]:
 
 def build(name: str, qairt: str) -> Path:
     """Path of the compiled stand-in ``name`` for QAIRT build ``qairt`` (compiled on first use)."""
+    name = RENAMED.get(name, name)
     if name not in LIBRARIES:
         raise ValueError(f"no stand-in library '{name}' (known: {', '.join(LIBRARIES)})")
     h = hashlib.sha256()

@@ -1,4 +1,4 @@
-"""The model behind the stand-in C libraries (``liblitert_lm_c_api.so``, ``libGenie.so``).
+"""The model behind the stand-in C libraries (``liblitert-lm.so``, ``libGenie.so``).
 
 The stand-in shared libraries (C sources in ``provisioner/sim/clib/``) export the runtimes' C
 functions with their real signatures, but they cannot judge a board on their own: which QAIRT

@@ -87,7 +87,7 @@ if args[:1] == ["build"]:
     out = base / "execroot" / "bin"
     for rel in ("runtime/engine/litert_lm_main",
                 "external/litert/litert/vendors/qualcomm/dispatch/libLiteRtDispatch_Qualcomm.so",
-                "external/litert/litert/runtime/libLiteRt.so", "c/litert-lm"):
+                "external/litert/litert/runtime/libLiteRt.so", "python/litert_lm/litert-lm"):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_bytes(blob + rel.encode())
     link = Path("bazel-bin")
@@ -184,7 +184,7 @@ def test_full_build_with_layer_patches(lt):
     assert names == sorted(names)
     assert set(names) == {"BUILDINFO.json", "bin", "lib", *(
         "bin/litert_lm_main", "lib/libLiteRtDispatch_Qualcomm.so", "lib/libLiteRt.so",
-        "lib/libGemmaModelConstraintProvider.so", "lib/liblitert_lm_c_api.so")}
+        "lib/libGemmaModelConstraintProvider.so", "lib/liblitert-lm.so")}
     with tarfile.open(res.tarball) as tf:
         info = json.loads(tf.extractfile("BUILDINFO.json").read())
     assert info["litert_lm"] == lt.pinned and info["qairt"] == "2.44.0.260225"
@@ -208,10 +208,11 @@ def test_full_build_with_layer_patches(lt):
     bz = records(lt, "bazel")
     fetch = next(r for r in bz if r["argv"][0] == "fetch")
     build = next(r for r in bz if r["argv"][0] == "build")
-    assert fetch["argv"][-1] == "//runtime/engine:litert_lm_main"
+    assert fetch["argv"][-3:] == build["argv"][-3:]     # --nofetch: all three fetched before
     assert build["argv"] == ["build", "--nofetch", "-c", "opt", "--repo_env=CC=clang-18",
                              "--repo_env=CXX=clang++-18", "//runtime/engine:litert_lm_main",
-                             "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so", "//c:litert-lm"]
+                             "@litert//litert/vendors/qualcomm/dispatch:dispatch_api_so",
+                             "//python/litert_lm:litert-lm"]
     assert build["sdk"] == str(lt.sdk) + "/" and Path(build["cwd"]) == src
     assert [r["argv"] for r in records(lt, "git-lfs") if r["argv"][0] == "pull"]
     assert len(records(lt, "readelf")) == 5 and all("-h" in r["argv"] for r in records(lt, "readelf"))

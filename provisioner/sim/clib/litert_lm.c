@@ -1,7 +1,7 @@
-/* SIMULATED liblitert_lm_c_api.so for edge-llm virtual boards - not LiteRT-LM.
+/* SIMULATED liblitert-lm.so for edge-llm virtual boards - not LiteRT-LM.
  *
  * Exports the subset of LiteRT-LM's C API (c/engine.h, google-ai-edge/LiteRT-LM; signatures as
- * at dc48681d, the pinned cbf463d97fa3 is not public) that edge-llm-serve binds, with the same
+ * at dc48681d; the pin cbf463d97fa3: github.com/zkh2016/LiteRT-LM) that edge-llm-serve binds, with the same
  * signatures. generate_content_stream / send_message_stream are non-blocking like the real
  * ones: a worker thread calls the stream callback per chunk and once with is_final; generations
  * of one engine take the NPU in turn. Speeds and faults come from provisioner.sim.npu.

@@ -1,7 +1,7 @@
 SUMMARY = "LiteRT-LM NPU runtime ${LITERT_LM_REV} for QAIRT ${LITERT_LM_QAIRT}"
 DESCRIPTION = "Prebuilt aarch64 litert_lm_main, libLiteRt.so, libLiteRtDispatch_Qualcomm.so, \
-               libGemmaModelConstraintProvider.so and the C API library liblitert_lm_c_api.so (LiteRT-LM's \
-               //c:litert-lm, which edge-llm-serve binds to keep the model loaded), built by `provisioner litert build` from LiteRT-LM ${LITERT_LM_REV} \
+               libGemmaModelConstraintProvider.so and the C API library liblitert-lm.so (LiteRT-LM's \
+               //python/litert_lm:litert-lm, which edge-llm-serve binds to keep the model loaded), built by `provisioner litert build` from LiteRT-LM ${LITERT_LM_REV} \
                with the three Linux/QLI patches in files/ (dispatch dir, HTP burst, SoC guard). Installed under \
                ${LITERT_LM_ROOT}/${LITERT_LM_REV}."
 HOMEPAGE = "https://github.com/google-ai-edge/LiteRT-LM"
@@ -66,7 +66,7 @@ do_install() {
         top=$(dirname "$(dirname "$(find ${S} -path '*/bin/litert_lm_main' | head -n 1)")")
     fi
     for f in bin/litert_lm_main lib/libLiteRtDispatch_Qualcomm.so lib/libLiteRt.so lib/libGemmaModelConstraintProvider.so \
-             lib/liblitert_lm_c_api.so; do
+             lib/liblitert-lm.so; do
         if [ ! -f "$top/$f" ]; then
             bbfatal "${LITERT_LM_TARBALL} has no $f (rebuild it with provisioner litert build)"
         fi
