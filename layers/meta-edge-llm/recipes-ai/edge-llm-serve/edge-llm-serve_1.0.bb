@@ -39,7 +39,9 @@ do_install() {
 }
 
 FILES:${PN} += "${sysconfdir}/edge-llm/serve"
-# Modules by package per openembedded-core meta/recipes-devtools/python/python3/python3-manifest.json:
-# ctypes, socket (io), hmac (netclient), queue (threading), resource, http.server (netserver).
-RDEPENDS:${PN} = "python3-core python3-ctypes python3-io python3-json python3-netclient python3-netserver \
-                  python3-resource python3-threading"
+# Modules by package per openembedded-core 06dd66e6 meta/recipes-devtools/python/python3/python3-manifest.json:
+# ctypes, socket (io), hmac and http/ (netclient), queue (threading), resource, socketserver (netserver),
+# html (html: http.server imports it at module level, and no package above pulls it in).
+# tests/image/test_layer_python.py derives the list from the service's imports.
+RDEPENDS:${PN} = "python3-core python3-ctypes python3-html python3-io python3-json python3-netclient \
+                  python3-netserver python3-resource python3-threading"

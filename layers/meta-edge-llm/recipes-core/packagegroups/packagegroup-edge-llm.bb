@@ -36,8 +36,17 @@ def edge_llm_runtime_packages(d):
 # On an OSTree (sota) image: the boot-local health check systemd-bless-boot waits for.
 EDGE_LLM_BOOT_CHECK = "${@bb.utils.contains('DISTRO_FEATURES', 'sota', 'edge-llm-boot-check', '', d)}"
 
+# The Python our Ansible modules run with on the board (the fleet's deploy/verify/serve/ostree/api
+# modules, their module_utils, and ansible-core's module_utils/basic.py with what it imports, e.g.
+# shlex), by package per openembedded-core 06dd66e6 meta/recipes-devtools/python/python3/
+# python3-manifest.json. tests/image/test_layer_python.py derives the list from the imports.
+EDGE_LLM_ANSIBLE_PYTHON = "python3-compression python3-core python3-crypt python3-ctypes python3-datetime \
+                           python3-io python3-json python3-logging python3-mmap python3-netclient \
+                           python3-numbers python3-resource python3-shell python3-statistics"
+
 RDEPENDS:${PN} = "\
     ${@edge_llm_runtime_packages(d)} \
+    ${EDGE_LLM_ANSIBLE_PYTHON} \
     ${EDGE_LLM_BOOT_CHECK} \
     edge-llm-download-mode \
     edge-llm-login \
