@@ -7,6 +7,8 @@ modules and never each other, so a file's format is defined in exactly one place
   fleet read models, pins and thresholds from it);
 - :mod:`provisioner.contracts.inventory`: the ``edge_llm_*`` Ansible inventory variables, the
   group name of a board type, the decode/TTFT threshold rule and the only inventory writer;
+- :mod:`provisioner.contracts.download_mode`: the kernel's spellings of the qcom_scm download_mode
+  the fleet reads back from a board, as mode numbers;
 - :mod:`provisioner.contracts.pins`: the LiteRT-LM revision, QAIRT pin, tarball and recipe names
   the provisioner and the Yocto layer must agree on.
 """

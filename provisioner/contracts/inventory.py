@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from provisioner import catalog
+from provisioner.contracts import download_mode
 
 SMOKE_PROMPT = "Explain in two sentences what an NPU is."
 SMOKE_MAX_TOKENS = 128
@@ -39,7 +40,7 @@ VARIABLES: dict[str, str] = {
     "edge_llm_board_facts": "catalog facts of the board type (generated group_vars)",
     "edge_llm_models": "models the board must serve (list of ModelVars mappings)",
     "edge_llm_expected_build_id": "release id the board's /etc/os-release BUILD_ID must equal",
-    "edge_llm_download_mode": "qcom_scm download_mode policy (0 production, 1 debug, 'any')",
+    "edge_llm_download_mode": "qcom_scm download_mode policy (0 or off: production, 1 or full: debug, 'any')",
     "edge_llm_serial": "board serial number (station records)",
     "edge_llm_slot": "station slot the board was flashed in",
     "edge_llm_serve_user": "user the on-board inference service runs as",
@@ -77,6 +78,23 @@ def model_thresholds(board: catalog.Board, model_id: str, *, os_name: str = "qli
     if max_ttft is None and ref is not None and ref.ttft_s is not None:
         max_ttft = round(max(ref.ttft_s * 5, 0.5), 3)
     return min_dec, max_ttft
+
+
+def _download_mode_policy(value: Any) -> int | None:
+    """``edge_llm_download_mode`` as a qcom_scm mode number (None: any mode passes).
+
+    Written either way a kernel prints it (``1`` or ``full``, see
+    :mod:`provisioner.contracts.download_mode`); YAML 1.1 turns a bare ``off``/``on`` into a bool.
+    """
+    if value in (None, "", "any"):
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    mode = download_mode.mode(str(value))
+    if mode is None:
+        raise ValueError(f"edge_llm_download_mode {value!r} is not a qcom_scm download_mode: use 0/off, 1/full, "
+                         "2/mini, 3/'full,mini' or 'any'")
+    return mode
 
 
 def _bool(value: Any) -> bool:
@@ -156,12 +174,12 @@ class HostVars:
                      if k in {f.name for f in dataclasses.fields(catalog.Board)}}
         if overrides:
             board = dataclasses.replace(board, **overrides)
-        dm = hv.get("edge_llm_download_mode", 0)
+        dm = _download_mode_policy(hv.get("edge_llm_download_mode", 0))
         return cls(
             board=board,
             models=tuple(ModelVars.from_vars(m) for m in hv.get("edge_llm_models") or []),
             build_id=hv.get("edge_llm_expected_build_id") or None,
-            download_mode=None if dm in (None, "", "any") else int(dm),
+            download_mode=dm,
             prompt=hv.get("edge_llm_verify_prompt") or SMOKE_PROMPT,
             max_tokens=int(hv.get("edge_llm_verify_max_tokens") or SMOKE_MAX_TOKENS),
             smoke=_bool(hv.get("edge_llm_verify_smoke", True)),

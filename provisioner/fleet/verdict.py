@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner import catalog, layout
+from provisioner.contracts import download_mode
 from provisioner.contracts.inventory import HostVars, ModelVars
 from provisioner.fleet.diagnosis import DIAGNOSES, diagnose_log
 from provisioner.fleet.onboard import serve
@@ -244,15 +245,22 @@ def pam_memlock(user: str, texts: list[str], default_kib: int = 8192) -> str | i
 
 
 def _download_mode_check(expect: HostVars, probe: dict[str, Any]) -> list[Check]:
+    """The board's qcom_scm download_mode against the policy, compared as mode numbers: kernels spell
+    the same mode ``0``/``off`` or ``1``/``full`` (see :mod:`provisioner.contracts.download_mode`)."""
     raw = _read(probe, "download_mode")
-    value = raw.strip() if raw is not None else None
+    shown = raw.strip() if raw is not None else None
     if expect.download_mode is None:
-        return [Check("download-mode", True, f"download_mode={value} (no policy)")]
-    if value is None:
+        return [Check("download-mode", True, f"download_mode={shown} (no policy)")]
+    if shown is None:
         return [Check("download-mode", False, f"{layout.DOWNLOAD_MODE_PARAM} not readable", "download-mode")]
-    ok = value == str(expect.download_mode)
-    return [Check("download-mode", ok, f"download_mode={value}" + ("" if ok else f" (policy {expect.download_mode})"),
-                  "download-mode")]
+    value = download_mode.mode(shown)
+    policy = download_mode.describe(expect.download_mode)
+    if value is None:
+        return [Check("download-mode", False, f"download_mode={shown!r}: not a mode qcom_scm prints (policy {policy})",
+                      "download-mode")]
+    ok = value == expect.download_mode
+    detail = f"download_mode={shown}" + ("" if shown == str(value) else f" = {value}")
+    return [Check("download-mode", ok, detail + ("" if ok else f" (policy {policy})"), "download-mode")]
 
 
 def _model_checks(expect: HostVars, m: ModelVars, probe: dict[str, Any]) -> list[Check]:

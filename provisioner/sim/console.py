@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from provisioner import layout
+from provisioner.sim import qcom_scm
 from provisioner.sim.board import VirtualBoard, env_number
 
 KERNEL = "6.18.0-qli"
@@ -346,7 +347,7 @@ class Shell:
         if path == layout.DT_MODEL:
             return b.dt_model.encode() + b"\0"
         if path == layout.DOWNLOAD_MODE_PARAM:
-            return f"{int(data.get('download_mode') or 0)}\n".encode()
+            return qcom_scm.show(int(data.get("download_mode") or 0), qcom_scm.names(data)).encode()
         if path == layout.KERNEL_CMDLINE:
             return (self._cmdline() + "\n").encode()
         if path == "/proc/version":
@@ -395,9 +396,10 @@ class Shell:
     def _write_file(self, path: str, value: str) -> bytes | None:
         value = value.strip()
         if path == layout.DOWNLOAD_MODE_PARAM:
-            if value not in ("0", "1"):
+            mode = qcom_scm.store(value, qcom_scm.names(self.board.data))
+            if mode is None:
                 return b"-sh: echo: write error: Invalid argument\n"
-            self.board.update(download_mode=int(value))
+            self.board.update(download_mode=mode)
             return b""
         if REMOTEPROC_CRASH.match(path):
             self.actions["crash"]()

@@ -78,7 +78,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.errors import SimError
-from provisioner.sim import cstandins, ostree_board, ports, runtime, systemctl
+from provisioner.sim import cstandins, ostree_board, ports, qcom_scm, runtime, systemctl
 from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root
 
 SSH_HOST = "127.0.0.1"
@@ -946,7 +946,7 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     mod = hd / "sys-module"
     _rmtree(mod)
     param = mod / "qcom_scm/parameters/download_mode"
-    _write(param, f"{int(board.data.get('download_mode', 1))}\n", 0o644)
+    _write(param, qcom_scm.show(int(board.data.get("download_mode", 1)), qcom_scm.names(board.data)), 0o644)
     _bind(mod, "/sys/module")
 
     # /proc/cmdline: the flashed image's kernel command line
@@ -972,16 +972,13 @@ def _rootfs_cmdline(rootfs: Path) -> str:
     return "root=PARTLABEL=system rw rootwait console=ttyMSM0,115200n8 earlycon pcie_pme=nomsi"
 
 
-def _read_download_mode(param: Path) -> int | None:
+def _read_download_mode(param: Path, by_name: bool) -> int | None:
+    """The mode in the board's parameter file: what the kernel shows, or what was just written to it."""
     try:
-        text = param.read_text().strip().lower()
+        text = param.read_text()
     except OSError:
         return None
-    if text in ("0", "n", "off", "no"):
-        return 0
-    if text in ("1", "y", "full", "on", "yes"):
-        return 1
-    return None
+    return qcom_scm.store(text, by_name)
 
 
 HOLDER_NAME = "agent"           # the holder script, in the namespace's /run/edge-llm-sim
@@ -1078,19 +1075,30 @@ def mirror_download_mode(board: VirtualBoard, last: int | None) -> int | None:
     reloaded by the caller.
     """
     param = download_mode_param(board)
-    cur = _read_download_mode(param)
+    by_name = qcom_scm.names(board.data)
+    cur = _read_download_mode(param, by_name)
     if cur is None:
         return last
     if last is not None and cur != last:              # written on the board: tell board.json
         with contextlib.suppress(SimError, OSError):
             board.update(download_mode=cur)
+            _show_download_mode(param, cur, by_name)
         return cur
     want = int(board.data.get("download_mode") or 0)
     if want != cur:                                   # written elsewhere: show it on the board
         with contextlib.suppress(OSError):
-            param.write_text(f"{want}\n")
+            param.write_text(qcom_scm.show(want, by_name))
         return want
+    with contextlib.suppress(OSError):
+        _show_download_mode(param, cur, by_name)
     return cur
+
+
+def _show_download_mode(param: Path, mode: int, by_name: bool) -> None:
+    """After a write (``echo 1``), the parameter reads back the kernel's own spelling (``full``)."""
+    shown = qcom_scm.show(mode, by_name)
+    if param.read_text() != shown:
+        param.write_text(shown)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from typing import Any
 import serial
 
 from provisioner import layout
+from provisioner.contracts import download_mode
 from provisioner.errors import StationError
 from provisioner.station.config import Credential
 
@@ -371,7 +372,8 @@ class ConsoleDriver:
         ident["os_release"] = os_release
         ident["build_id"] = os_release.get("BUILD_ID")
         dm = self.read_file(layout.DOWNLOAD_MODE_PARAM)
-        ident["download_mode"] = int(dm) if dm and dm.isdigit() else dm
+        mode = download_mode.mode(dm)               # "full" and "1" are the same mode
+        ident["download_mode"] = mode if mode is not None else dm
         host = self.run("hostname")
         ident["hostname"] = host.output.strip().splitlines()[-1] if host.ok and host.output.strip() else None
         ip = self.run("ip -4 -o addr show scope global")
@@ -400,15 +402,18 @@ class ConsoleDriver:
         self.drain(0.3)
 
     def set_download_mode(self, value: int) -> int | None:
-        """Write the qcom_scm download_mode parameter (1 = crash dumps to EDL 900e); returns read-back."""
+        """Write the qcom_scm download_mode parameter (1 = crash dumps to EDL 900e); returns the mode
+        read back (a number, however the kernel spells it).
+
+        The digit is what every kernel takes: mainline's set_download_mode() falls back to kstrtobool
+        for anything that is not a name (qcom_scm.c at torvalds/linux 14062c267f09)."""
         if value not in (0, 1):
             raise StationError(f"download_mode must be 0 or 1, not {value}", "use --download-mode 0|1")
         res = self.run(f"echo {value} > {layout.DOWNLOAD_MODE_PARAM}")
         if not res.ok:
             raise StationError(f"console {self.port}: cannot set download_mode ({res.output.strip()[:100]})",
                                "is qcom_scm loaded and are we root?")
-        back = self.read_file(layout.DOWNLOAD_MODE_PARAM)
-        return int(back) if back and back.isdigit() else None
+        return download_mode.mode(self.read_file(layout.DOWNLOAD_MODE_PARAM))
 
     def wait_for_boot(self, timeout_s: float = 120.0) -> str:
         """Capture the boot log until a login prompt (or an autologin shell prompt) appears;

@@ -45,6 +45,7 @@ class BoardSpec:
     faults: tuple[str, ...] = ()
     group: str | None = None          # inventory group (default: the board's own type)
     vars: dict = field(default_factory=dict)
+    board: dict = field(default_factory=dict)   # board.json fields set before it boots (e.g. qcom_scm_names)
 
 
 @dataclass
@@ -113,6 +114,8 @@ def build_fleet(root: Path, specs: list[BoardSpec], *, cache: Path, time_scale: 
         b = VirtualBoard.create(root, spec.board_id, serial, f"1-{base_index + i + 1}", faults=spec.faults,
                                 state="off", download_mode=0, hostname=spec.name)
         shutil.copytree(rootfs_tree(cache, spec.board_id), b.rootfs_dir, symlinks=True)
+        if spec.board:
+            b.update(**spec.board)
         b.set_state("booted")
         addr, port = host.start_host(b, time_scale=time_scale)
         boards[spec.name] = b

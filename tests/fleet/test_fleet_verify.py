@@ -40,6 +40,10 @@ SPECS = [
     BoardSpec("tmplbad-8275", "iq-8275-evk", vars={"edge_llm_release_prefix": "gemma4-e4b",
                                                    "edge_llm_expected_build_id": TEMPLATED_BUILD_ID}),
     BoardSpec("nogroup-8275", "iq-8275-evk", group="lab"),     # in no board group: no edge_llm_board
+    # a newer qcom_scm prints download_mode by name (off/full/mini): off is the production policy 0,
+    # full is a debug setting that policy refuses, whichever way the kernel spells it
+    BoardSpec("scmoff-8275", "iq-8275-evk", board={"qcom_scm_names": True}),
+    BoardSpec("scmfull-8275", "iq-8275-evk", board={"qcom_scm_names": True, "download_mode": 1}),
 ]
 
 # board -> {check name prefix: diagnosis key} that MUST be among its failures
@@ -53,6 +57,7 @@ EXPECTED = {
     "soc14001-8275": {"smoke:": "soc-config-14001"},
     "wrongtype-9075": {"identity": "wrong-board"},
     "world-8275": {"fastrpc": "fastrpc-perms"},
+    "scmfull-8275": {"download-mode": "download-mode"},
 }
 
 
@@ -96,7 +101,7 @@ def test_cli_exit_status_table_and_unreachable_list(verified):
 def test_healthy_boards_pass_every_check(verified):
     _, data, _ = verified
     rows = _rows(data)
-    for name, model in (("ok-8275", "gemma-4-e2b"), ("ok-9075", "nemotron-nano-8b")):
+    for name, model in (("ok-8275", "gemma-4-e2b"), ("ok-9075", "nemotron-nano-8b"), ("scmoff-8275", "gemma-4-e2b")):
         row = rows[name]
         assert row["verdict"] == "pass", row["reason"]
         names = {c["check"] for c in row["checks"]}
@@ -177,3 +182,13 @@ def test_board_outside_every_board_group_fails_in_one_line(verified):
     assert row["verdict"] == "fail"
     assert "edge_llm_board is not set for this host: put it in its board group" in row["reason"], row["reason"]
     assert "\n" not in row["reason"] and "Traceback" not in row["reason"]
+
+
+def test_download_mode_read_back_by_name_is_judged_as_its_number(verified):
+    _, data, _ = verified
+    rows = _rows(data)
+    (off,) = [c for c in rows["scmoff-8275"]["checks"] if c["check"] == "download-mode"]
+    assert off["ok"] and "download_mode=off" in off["detail"]
+    (full,) = [c for c in rows["scmfull-8275"]["checks"] if c["check"] == "download-mode"]
+    assert not full["ok"] and "download_mode=full = 1" in full["detail"] and "policy 0" in full["detail"]
+    assert all(c["ok"] for c in rows["scmfull-8275"]["checks"] if c["check"] != "download-mode")

@@ -57,23 +57,31 @@ def test_root_logs_in_to_the_boards_own_home_with_a_pty(board):
     assert tty.returncode == 0 and tty.stdout.strip().startswith("/dev/pts/"), tty.stdout + tty.stderr
 
 
-def test_download_mode_is_one_value_for_ssh_and_console(tmp_path, monkeypatch):
-    # the sim root's supervisor keeps the board's sysfs and board.json (what the console reads) in step
+@pytest.mark.parametrize(("by_name", "off", "full"), [(False, "0", "1"), (True, "off", "full")])
+def test_download_mode_is_one_value_for_ssh_and_console(tmp_path, monkeypatch, by_name, off, full):
+    # the sim root's supervisor keeps the board's sysfs and board.json (what the console reads) in step;
+    # a kernel that names the modes (Linux qcom_scm.c download_mode_name[]) still takes "echo 1" and
+    # then reads back "full"
     monkeypatch.setenv("PROVISIONER_SIM_BOOT_SCALE", "0")
     root = tmp_path / "sim"
     try:
         (vb,) = control.up(1, "iq-8275-evk", root=root, timeout_s=120).boards
+        vb.update(qcom_scm_names=by_name)
         assert ssh(vb, "echo 1 > /sys/module/qcom_scm/parameters/download_mode").returncode == 0
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and vb.reload().download_mode != 1:
             time.sleep(0.1)
         assert vb.download_mode == 1
-        vb.update(download_mode=0)           # what the serial console does; the board's sysfs follows
         deadline = time.monotonic() + 5
         seen = ""
-        while time.monotonic() < deadline and seen != "0":
+        while time.monotonic() < deadline and seen != full:
             seen = ssh(vb, "cat /sys/module/qcom_scm/parameters/download_mode").stdout.strip()
-        assert seen == "0"
+        assert seen == full
+        vb.update(download_mode=0)           # what the serial console does; the board's sysfs follows
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and seen != off:
+            seen = ssh(vb, "cat /sys/module/qcom_scm/parameters/download_mode").stdout.strip()
+        assert seen == off
     finally:
         control.down(root)
 

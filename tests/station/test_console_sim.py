@@ -178,3 +178,19 @@ def test_already_logged_in_board_is_reused(booted):
     # the shell stays logged in on the line (like a real UART); no password needed the second time
     with ConsoleDriver(str(vb.console_link), credential=Credential(env="NO_SUCH_VAR"), prompt_timeout_s=5) as con:
         assert con.run("whoami").output.strip() == "root"
+
+
+def test_download_mode_by_name_reads_back_as_the_same_mode_number(booted, capsys):
+    """A newer qcom_scm prints ``off``/``full`` (Linux qcom_scm.c download_mode_name[]): the station
+    still reports 0 before and 1 after setting it, as it does for a kernel printing 0/1."""
+    vb = booted()[0]
+    vb.update(qcom_scm_names=True, download_mode=0)
+    port = str(vb.console_link)
+    assert main(["console", port, "--identity", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["identity"]["download_mode"] == 0          # read "off"
+    assert main(["console", port, "--identity", "--download-mode", "1", "--run",
+                 "cat /sys/module/qcom_scm/parameters/download_mode", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["commands"][0]["output"].strip() == "full"
+    assert out["download_mode"] == 1 and out["identity"]["download_mode"] == 1
+    assert vb.reload().data["download_mode"] == 1
