@@ -83,8 +83,11 @@ DIAGNOSES: dict[str, Diagnosis] = {
     "no-burst": Diagnosis("burst mode never requested on Linux: decode ~16 tok/s, 'Null Qualcomm options'",
                           "rebuild litert_lm_main with patch 2 (HTP burst on Linux)",
                           "layers/meta-edge-llm/recipes-ai/litert-lm/files/0002-npu-executor-request-HTP-burst-mode-on-Linux.patch"),
-    "dispatch-dir": Diagnosis("dispatch library dir not set on Linux ('NPU accelerator could not be loaded')",
-                              "rebuild litert_lm_main with patch 1",
+    "dispatch-dir": Diagnosis("libLiteRtDispatch_Qualcomm.so not found: litert_lm_main sets no dispatch dir, "
+                              "so LiteRT looks only beside --model_path ('NPU accelerator could not be loaded')",
+                              "give --model_path as a link in a directory that also links the runtime's "
+                              "lib/libLiteRtDispatch_Qualcomm.so (the fleet's smoke run does), and build "
+                              "litert_lm_main with patch 1",
                               "layers/meta-edge-llm/recipes-ai/litert-lm/files/0001-litert_util-use-the-dispatch-library-dir-on-Linux.patch"),
     "cpu-backend": Diagnosis("CPU backend asked for an NPU-only model", "run with --backend npu", "model.json backend"),
     "slow": Diagnosis("decode slower than the reference floor", "check burst mode, thermal state and CPU governor; "

@@ -7,6 +7,7 @@ benchmark, so all three run the runtime with the same executable, environment an
 
 from __future__ import annotations
 
+import posixpath
 import stat
 from pathlib import Path
 from typing import Any
@@ -118,12 +119,42 @@ def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind
     return cfg
 
 
+WORK = "{work}"          # stands for the smoke run's fresh temp dir on the board (the probe fills it in)
+# The NPU dispatch library litert_lm_main must find (layout.LITERT_FILES, in the runtime's lib/).
+DISPATCH_LIB = "lib/libLiteRtDispatch_Qualcomm.so"
+
+
+def litert_run_links(cfg: dict[str, Any], run_dir: str = WORK) -> tuple[dict[str, Any], dict[str, str]]:
+    """The run directory litert_lm_main needs to start the NPU: (config pointing into it, links to make).
+
+    litert_lm_main sets no dispatch library directory and has no flag for one (LiteRT-LM cbf463d
+    runtime/engine/litert_lm_main.cc:52-57, :119-137); runtime/util/litert_util.cc:71-92 (built on
+    Linux by patch 0001) then hands LiteRT ``parent_path()`` of ``--model_path`` as given, and LiteRT
+    looks for libLiteRtDispatch*.so there only. The model stays in the fleet's model directory and
+    the library in the runtime's lib/, so the run gets its own directory with a symlink to each,
+    side by side, and ``--model_path`` names the model's link. The runtime writes beside the model
+    it was given too (an ``.xnnpack_cache``), so that lands in the run directory, which the probe
+    removes, not in the fleet's model directory.
+    """
+    name = posixpath.basename(cfg["model_file"])
+    links = {f"{run_dir}/{name}": f"{cfg['model_dir']}/{cfg['model_file']}",
+             f"{run_dir}/{posixpath.basename(DISPATCH_LIB)}": f"{layout.litert_dir()}/{DISPATCH_LIB}"}
+    return {**cfg, "model_dir": run_dir, "model_file": name}, links
+
+
 def smoke_run(board: catalog.Board, model: ModelVars, prompt: str, max_tokens: int | None,
               model_dir: str | None = None) -> dict[str, Any]:
-    """argv/env/files for one smoke inference, with ``{work}`` standing for a fresh temp dir on the board."""
+    """argv/env/files/links for one smoke inference, with ``{work}`` standing for a fresh temp dir on the board.
+
+    ``links`` maps a symlink to make in ``{work}`` to its target (see :func:`litert_run_links`).
+    """
     cfg = serve_config(board, model, model_dir=model_dir)
+    links: dict[str, str] = {}
+    run_cfg = cfg
+    if model.runtime == "litert_lm":
+        run_cfg, links = litert_run_links(cfg)
     templated = serve.apply_chat_template(cfg["chat_template"], prompt, cfg.get("system_prompt"))
-    argv, files = serve.build_argv(cfg, templated, "{work}", None)
-    return {"argv": argv, "env": cfg["env"], "files": files, "cwd": cfg["model_dir"], "timeout": SMOKE_TIMEOUT_S,
-            "collect": ["{work}/profile.json"] if model.runtime == "genie" else [], "runtime": model.runtime,
-            "max_tokens": max_tokens}
+    argv, files = serve.build_argv(run_cfg, templated, WORK, None)
+    return {"argv": argv, "env": cfg["env"], "files": files, "links": links, "cwd": cfg["model_dir"],
+            "timeout": SMOKE_TIMEOUT_S, "collect": [f"{WORK}/profile.json"] if model.runtime == "genie" else [],
+            "runtime": model.runtime, "max_tokens": max_tokens}

@@ -633,11 +633,55 @@ def check_memlock(stack: Stack, runtime: str) -> None:
 
 
 # --------------------------------------------------------------------------- litert_lm_main
-_LITERT_FLAGS = {
-    "backend": str, "model_path": str, "input_prompt": str, "benchmark": bool, "benchmark_prefill_tokens": int,
-    "benchmark_decode_tokens": int, "async": bool, "report_peak_memory_footprint": bool, "force_f32": bool,
-    "multi_turns": bool, "num_cpu_threads": int, "max_num_tokens": int, "sampler_backend": str,
-}
+# The only flags litert_lm_main takes at the pin (LiteRT-LM cbf463d runtime/engine/litert_lm_main.cc:52-57);
+# absl refuses any other flag before the model is opened.
+_LITERT_FLAGS = {"backend": str, "model_path": str, "input_prompt": str, "input_prompt_file": str}
+_LITERT_DEFAULT_PROMPT = "What is the tallest building in the world?"   # litert_lm_main.cc:110
+DISPATCH_LIB = "libLiteRtDispatch_Qualcomm.so"
+_DISPATCH_PREFIX = "libLiteRtDispatch"
+_DISPATCH_SEARCH_DEPTH = 8      # a guard against directory symlink loops; LiteRT itself has none
+
+
+def dispatch_lib_dir(model_path: str, explicit: str | None = None) -> str | None:
+    """The directory LiteRT is told to load the dispatch library from, by LiteRT-LM's own rule.
+
+    LiteRT-LM cbf463d runtime/util/litert_util.cc:62-69 honours an explicitly set directory; else,
+    in the block patch 0001 builds on Linux too (:71-96), it takes ``parent_path()`` of the model
+    path exactly as given (lexical: a symlinked model counts where the link is, not its target),
+    and an empty parent sets nothing. litert_lm_main never sets one (litert_lm_main.cc:119-137),
+    so for it this is always the model file's directory. Modelled as the real rule, not ours, so a
+    layout that would fail on a board fails on a virtual one too.
+    """
+    if explicit:
+        return explicit
+    return os.path.dirname(model_path) or None
+
+
+def find_dispatch_libs(directory: str, _depth: int = 0) -> list[str]:
+    """The dispatch libraries LiteRT finds in ``directory``, as LiteRT's own search does.
+
+    google-ai-edge/LiteRT litert/core/dynamic_loading.cc (FindLiteRtDispatchSharedLibs and
+    FindLiteRtSharedLibsHelper, at 04443443bb8f): every readable entry of the directory whose stem
+    starts with ``libLiteRtDispatch`` and whose extension is ``.so``, symlinks followed, and the
+    same search in each subdirectory. Nothing else is searched: not ``LD_LIBRARY_PATH``, not the
+    executable's directory.
+    """
+    found: list[str] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return found
+    for name in names:
+        path = os.path.join(directory, name)
+        if not os.access(path, os.R_OK):
+            continue
+        if os.path.isfile(path):
+            stem, ext = os.path.splitext(name)
+            if stem.startswith(_DISPATCH_PREFIX) and ext == ".so":
+                found.append(path)
+        elif os.path.isdir(path) and _depth < _DISPATCH_SEARCH_DEPTH:
+            found += find_dispatch_libs(path, _depth + 1)
+    return found
 
 
 def parse_absl(argv: list[str], spec: dict[str, type]) -> dict[str, Any]:
@@ -678,7 +722,7 @@ def parse_absl(argv: list[str], spec: dict[str, type]) -> dict[str, Any]:
 def litert_lm_main(argv: list[str], out: TextIO, err: TextIO, view: BoardView) -> int:
     flags = parse_absl(argv, _LITERT_FLAGS)
     backend = flags.get("backend", "gpu").lower()
-    prompt = flags.get("input_prompt", "What is the tallest building in the world?")
+    prompt = _litert_prompt(flags, err)
     model_path = flags.get("model_path")
     if not model_path:
         raise RuntimeFailure(["INVALID_ARGUMENT: Model path is empty."])
@@ -701,8 +745,8 @@ def litert_lm_main(argv: list[str], out: TextIO, err: TextIO, view: BoardView) -
         ])
     if backend != "npu":
         raise RuntimeFailure([f"UNIMPLEMENTED: backend {backend} has no graph in this simulated model"])
-    ld = _path_dirs("LD_LIBRARY_PATH")
-    if find_lib("libLiteRtDispatch_Qualcomm.so", ld) is None:
+    where = dispatch_lib_dir(model_path)
+    if not any(os.path.basename(p) == DISPATCH_LIB for p in (find_dispatch_libs(where) if where else [])):
         raise RuntimeFailure([
             "E0000 litert_util.cc] NPU accelerator could not be loaded and registered: InvalidArgument",
             "E0000 dispatch_delegate.cc] DISPATCH_OP failed to prepare",
@@ -734,14 +778,29 @@ def litert_lm_main(argv: list[str], out: TextIO, err: TextIO, view: BoardView) -
     return _generate_litert(flags, prompt, model, view, out, err, burst)
 
 
+def _litert_prompt(flags: dict[str, Any], err: TextIO) -> str:
+    """The prompt as litert_lm_main.cc:88-111 takes it: the flag, else the file's text, else its default."""
+    text, file = flags.get("input_prompt") or "", flags.get("input_prompt_file") or ""
+    if text and file:
+        raise RuntimeFailure(["F0000 litert_lm_main.cc:92] Only one of --input_prompt and --input_prompt_file "
+                              "can be specified."], code=134)
+    if text:
+        return text
+    if file:
+        try:
+            return Path(file).read_text(encoding="utf-8")
+        except OSError:
+            print(f"Error: Could not open file {file}", file=err)
+            return ""
+    return _LITERT_DEFAULT_PROMPT
+
+
 def _generate_litert(flags: dict[str, Any], prompt: str, model: ModelView, view: BoardView, out: TextIO,
                      err: TextIO, burst: bool) -> int:
     rng = random.Random()
     coherent = answer_for(prompt)
-    n = flags.get("benchmark_decode_tokens") or count_tokens(coherent)
-    if flags.get("max_num_tokens"):
-        n = min(n, max(1, int(flags["max_num_tokens"]) - count_tokens(prompt)))
-    prompt_tokens = flags.get("benchmark_prefill_tokens") or count_tokens(prompt) + 8
+    n = count_tokens(coherent)
+    prompt_tokens = count_tokens(prompt) + 8
     t = timing(view, model, prompt_tokens, n, burst=burst, rng=rng)
     text = garbage_for(prompt, n) if "wrong-soc-model" in view.faults else coherent
     _sleep(view, t.init_s)

@@ -49,15 +49,26 @@ def ssh(vb: VirtualBoard, command: str, timeout: float = 60) -> subprocess.Compl
 
 
 def litert_cmd(vb: VirtualBoard, prompt: str = "Explain what Qualcomm is in two sentences.",
-               backend: str = "npu", user: str | None = None) -> str:
-    """The litert_lm_main command line of a measured board run, run with the board's QAIRT/LiteRT-LM run environment."""
+               backend: str = "npu", user: str | None = None, run_dir: bool = True) -> str:
+    """The litert_lm_main command line of a measured board run, run with the board's QAIRT/LiteRT-LM run environment.
+
+    With ``run_dir`` the model is given through a fresh directory holding a link to it beside a link to
+    the dispatch library, as the fleet's smoke run lays it out (provisioner.fleet.serve_config.litert_run_links);
+    without, ``--model_path`` names the model in the fleet's model directory.
+    """
     from provisioner import catalog, layout
+    dispatch = next(f for f in layout.LITERT_FILES if "/libLiteRtDispatch" in f)
     env = layout.run_env(catalog.board(vb.board_id), "litert_lm", layout.LITERT_QAIRT)
     model = "$(ls /opt/edge-llm/models/gemma-4-e2b/current/*.litertlm)"
-    run = (f"LD_LIBRARY_PATH={env.ld_library_path} ADSP_LIBRARY_PATH={env.adsp_library_path} "
+    setup = ""
+    if run_dir:
+        setup = (f"d=$(mktemp -d) && ln -s {model} $d/ && ln -s {layout.litert_dir()}/{dispatch} $d/ && ")
+        model = f"$d/$(basename {model})"
+    run = (f"{setup}LD_LIBRARY_PATH={env.ld_library_path} ADSP_LIBRARY_PATH={env.adsp_library_path} "
            f"{layout.litert_dir()}/bin/litert_lm_main --backend {backend} --model_path {model} "
            f"--input_prompt '{prompt}'")
     if user:
+        run = run.replace("$", "\\$")     # expanded by the user's shell, not by root's
         return f"cd / && setpriv --reuid {user} --regid {user} --init-groups sh -c \"{run}\""
     return run
 

@@ -38,6 +38,17 @@ def test_healthy_board_answers_coherently_at_catalog_speed(gemma):
     assert "Set HTP performance mode: 2" in out.stderr
 
 
+def test_npu_starts_only_with_the_dispatch_library_beside_the_model(gemma):
+    """litert_lm_main sets no dispatch directory; LiteRT looks beside --model_path only (LiteRT-LM cbf463d
+    runtime/util/litert_util.cc:71-92 with patch 0001). The model in the fleet's model directory, the
+    library on LD_LIBRARY_PATH: the NPU is not registered. A run directory linking both: it is."""
+    bare = ssh(gemma, litert_cmd(gemma, QUESTION, run_dir=False))
+    assert bare.returncode != 0
+    assert "NPU accelerator could not be loaded and registered" in bare.stderr
+    laid_out = ssh(gemma, litert_cmd(gemma, QUESTION))
+    assert laid_out.returncode == 0, laid_out.stderr
+
+
 def test_cpu_backend_on_npu_only_model(gemma):
     out = ssh(gemma, litert_cmd(gemma, "hi", backend="cpu"))
     assert out.returncode != 0

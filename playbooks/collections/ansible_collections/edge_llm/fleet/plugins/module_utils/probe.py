@@ -184,6 +184,9 @@ def run_one(spec):
         for path, content in (spec.get("files") or {}).items():
             with open(sub(path), "w", encoding="utf-8") as fh:
                 fh.write(content)
+        # the run directory's symlinks (e.g. litert_lm_main's model beside its dispatch library)
+        for link, target in (spec.get("links") or {}).items():
+            os.symlink(sub(target), sub(link))
         argv = [sub(a) for a in spec["argv"]]
         env = dict(os.environ)
         env.update({k: str(v) for k, v in (spec.get("env") or {}).items()})
