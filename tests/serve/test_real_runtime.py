@@ -268,3 +268,62 @@ def test_a_client_that_leaves_mid_stream_cancels_its_generation(real_board):
     assert "edge_llm_cancelled_total 1" in text
     generated = [ln for ln in text.splitlines() if ln.startswith("edge_llm_generated_tokens_total")]
     assert float(generated[0].split()[-1]) < 500
+
+
+def _leave_after_first_chunk(board) -> None:
+    """A streaming client that reads the first event and hangs up (an abandoned chat)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", board.port, timeout=30)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps({
+            "model": "tiny", "stream": True, "max_tokens": 200, "messages": [{"role": "user", "content": "Hello"}]}),
+            {"Content-Type": "application/json", **board.headers()})
+        resp = conn.getresponse()
+        if resp.status == 200:
+            resp.fp.readline()
+        resp.close()
+    finally:
+        conn.close()
+
+
+def test_disconnect_churn_never_cancels_another_clients_generation(real_board):
+    """Clients that hang up mid-stream cancel their own generation and no one else's (issue 22 defect 5).
+
+    The scheduler once checked which job ran, let go of its lock, then cancelled whatever ran by then:
+    a hang-up that came as one generation ended cancelled the next client's, which then got a 500
+    ("CANCELLED: Session is cancelled during prefill"). Three churners hang up while three ordinary
+    clients make 600 requests each; on the old scheduler half the runs of 300 requests each failed.
+    """
+    board = real_board(max_queue=16)
+    rounds, failures, answered = 600, [], []
+    stop = threading.Event()
+
+    def ordinary() -> None:
+        c = client(board)
+        for _ in range(rounds):
+            try:
+                r = c.chat.completions.create(model="tiny", max_tokens=16,
+                                              messages=[{"role": "user", "content": "Hello"}])
+                answered.append(r.choices[0].finish_reason)
+            except Exception as exc:  # noqa: BLE001 - every failure is reported below
+                failures.append(repr(exc))
+
+    def churn() -> None:
+        while not stop.is_set():
+            _leave_after_first_chunk(board)
+
+    churners = [threading.Thread(target=churn) for _ in range(3)]
+    clients = [threading.Thread(target=ordinary) for _ in range(3)]
+    for t in churners + clients:
+        t.start()
+    for t in clients:
+        t.join(900)
+    stop.set()
+    for t in churners:
+        t.join(60)
+    assert not failures, failures[:3]
+    assert answered == ["length"] * (3 * rounds)
+    req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
+    cancelled = [ln for ln in text.splitlines() if ln.startswith("edge_llm_cancelled_total")]
+    assert float(cancelled[0].split()[-1]) > 0        # the churners' own generations were cancelled
