@@ -327,3 +327,29 @@ def test_disconnect_churn_never_cancels_another_clients_generation(real_board):
     text = urllib.request.urlopen(req, timeout=10).read().decode()
     cancelled = [ln for ln in text.splitlines() if ln.startswith("edge_llm_cancelled_total")]
     assert float(cancelled[0].split()[-1]) > 0        # the churners' own generations were cancelled
+
+
+def test_a_generation_cut_at_timeout_s_returns_what_it_generated(real_board):
+    """A generation stopped at the config's timeout_s is a truncated answer, not a 500 that drops it.
+
+    finish_reason is "length": the OpenAI reference's value for an answer cut by a token limit, which is
+    what a client must be told (the text is incomplete, not finished and not an error). The tiny model's
+    first token comes within milliseconds and its 500 tokens take several times 0.06 s on this CPU;
+    /metrics shows that both answers were cut by the timeout.
+    """
+    board = real_board(timeout_s=0.06, max_num_tokens=CONTEXT)
+    c = client(board)
+    msgs = [{"role": "user", "content": "Hello"}]
+    whole = c.chat.completions.create(model="tiny", messages=msgs, max_tokens=4000)
+    assert whole.choices[0].finish_reason == "length"
+    assert whole.choices[0].message.content and whole.usage.completion_tokens > 0
+    streamed, finish = [], None
+    for ch in c.chat.completions.create(model="tiny", messages=msgs, max_tokens=4000, stream=True):
+        if ch.choices and ch.choices[0].delta.content:
+            streamed.append(ch.choices[0].delta.content)
+        if ch.choices and ch.choices[0].finish_reason:
+            finish = ch.choices[0].finish_reason
+    assert finish == "length" and streamed
+    req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
+    assert 'edge_llm_runtime_errors_total{kind="timeout"} 2' in text
