@@ -353,3 +353,31 @@ def test_a_generation_cut_at_timeout_s_returns_what_it_generated(real_board):
     req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
     text = urllib.request.urlopen(req, timeout=10).read().decode()
     assert 'edge_llm_runtime_errors_total{kind="timeout"} 2' in text
+
+
+def test_health_and_metrics_name_the_backend_the_runtime_reports(real_board, start_board):
+    """The runtime's own word on its backend is on /health and /metrics (the pinned C API has no call
+    that names it, so the service reads the runtime's load log). Asked for the NPU on a machine with
+    none, the runtime warns that the NPU accelerator did not load; /health says so beside the failure."""
+    board = real_board()
+    health = json.loads(urllib.request.urlopen(f"{board.url}/health", timeout=10).read())
+    assert health["backend"] == {"configured": "cpu", "runtime": "cpu", "runtime_said": []}
+    req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
+    assert 'edge_llm_backend_info{configured="cpu",runtime="cpu",accelerator_warnings="0"} 1' in text
+    assert not [ln for ln in board.log.read_text().splitlines() if ln.startswith("I0000")]
+
+    npu = real_board(backend="npu", wait=False)
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"{npu.url}/health", timeout=2)
+        except urllib.error.HTTPError as exc:
+            health = json.loads(exc.read())
+            if health.get("status") == "failed":
+                break
+        except OSError:
+            pass
+        threading.Event().wait(0.05)
+    assert health["status"] == "failed" and health["backend"]["configured"] == "npu"
+    assert health["backend"]["runtime"] == "npu"
+    assert any("NPU accelerator could not be loaded" in said for said in health["backend"]["runtime_said"])
