@@ -63,8 +63,10 @@ def load_litert(view: rt.BoardView, model_path: str) -> Loaded:
             f"E0000 memory_mapped_file.cc] mmap failed: offset beyond end of file {model_path} "
             f"(size {model.size}, section ends at {model.declared_size})",
             "NOT_FOUND: TF_LITE_PREFILL_DECODE not found in the model."])
-    dispatch = [d for d in (os.environ.get("EDGE_LLM_SIM_DISPATCH_DIR", ""),) if d]
-    if rt.find_lib("libLiteRtDispatch_Qualcomm.so", dispatch + rt._path_dirs("LD_LIBRARY_PATH")) is None:
+    # The directory litert_lm_engine_settings_set_litert_dispatch_lib_dir set (the library passes it
+    # here), else the model's: runtime.dispatch_lib_dir, LiteRT-LM cbf463d runtime/util/litert_util.cc:62-96.
+    where = rt.dispatch_lib_dir(model_path, os.environ.get("EDGE_LLM_SIM_DISPATCH_DIR") or None)
+    if not any(os.path.basename(p) == rt.DISPATCH_LIB for p in (rt.find_dispatch_libs(where) if where else [])):
         raise rt.RuntimeFailure([
             "E0000 litert_util.cc] NPU accelerator could not be loaded and registered: InvalidArgument",
             "INTERNAL: Failed to initialize the NPU executor"])

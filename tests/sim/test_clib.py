@@ -39,10 +39,13 @@ def _run(vb, runtime: str, *args: str, user: str | None = None) -> tuple[dict, s
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
-def _litert(vb, prompt: str = QUESTION, *extra: str, user: str | None = None) -> tuple[dict, str]:
+def _litert(vb, prompt: str = QUESTION, *extra: str, user: str | None = None,
+            dispatch: str | None = None) -> tuple[dict, str]:
+    """One generation through the library; ``dispatch`` is the dispatch dir set (default: the runtime's lib/)."""
     model = subprocess.run(host.ssh_argv(vb, "ls /opt/edge-llm/models/gemma-4-e2b/current/*.litertlm"),
                            capture_output=True, text=True, timeout=60).stdout.strip()
-    return _run(vb, "litert_lm", "litert", model, f"{layout.litert_dir()}/lib", prompt, *extra, user=user)
+    where = f"{layout.litert_dir()}/lib" if dispatch is None else dispatch
+    return _run(vb, "litert_lm", "litert", model, where, prompt, *extra, user=user)
 
 
 def _genie(vb, *extra: str) -> tuple[dict, str]:
@@ -64,6 +67,13 @@ def test_litert_c_api_streams_the_answer_at_the_runtime_speed(gemma):
     assert res["decode_rate"] == pytest.approx(expected.decode_tok_s, rel=0.08)
     assert res["ttft"] == pytest.approx(expected.ttft_s, rel=0.1)
     assert "Set HTP performance mode: 2" in err
+
+
+def test_litert_without_a_dispatch_dir_looks_beside_the_model(gemma):
+    """An empty dispatch dir is no dir: LiteRT-LM cbf463d runtime/util/litert_util.cc:62 falls back to the
+    model's directory (:71-92 with patch 0001), which holds no dispatch library, whatever LD_LIBRARY_PATH says."""
+    res, err = _litert(gemma, dispatch="")
+    assert not res["loaded"] and "NPU accelerator could not be loaded and registered" in err
 
 
 def test_litert_cancel_stops_the_generation(gemma):
