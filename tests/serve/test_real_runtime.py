@@ -11,6 +11,7 @@ import importlib.util
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -292,7 +293,8 @@ def test_disconnect_churn_never_cancels_another_clients_generation(real_board):
     The scheduler once checked which job ran, let go of its lock, then cancelled whatever ran by then:
     a hang-up that came as one generation ended cancelled the next client's, which then got a 500
     ("CANCELLED: Session is cancelled during prefill"). Three churners hang up while three ordinary
-    clients make 600 requests each; on the old scheduler half the runs of 300 requests each failed.
+    clients make 600 requests each; the old scheduler failed 3 of 5 runs (the race needs the
+    OS to preempt a handler at one point; test_a_late_cancel_never_reaches_the_next_generation forces it).
     """
     board = real_board(max_queue=16)
     rounds, failures, answered = 600, [], []
@@ -381,3 +383,59 @@ def test_health_and_metrics_name_the_backend_the_runtime_reports(real_board, sta
     assert health["status"] == "failed" and health["backend"]["configured"] == "npu"
     assert health["backend"]["runtime"] == "npu"
     assert any("NPU accelerator could not be loaded" in said for said in health["backend"]["runtime_said"])
+
+
+class _StallingCancel:
+    """The real engine, except that a cancel call waits for ``before()`` first: the handler thread
+    preempted between deciding to cancel and cancelling, as the OS did under churn."""
+
+    def __init__(self, engine, before) -> None:
+        self.engine, self.before = engine, before
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def cancel(self, *job) -> None:
+        self.before()
+        self.engine.cancel(*job)
+
+
+def test_a_late_cancel_never_reaches_the_next_generation(tmp_path, monkeypatch):
+    """Deterministic form of the churn test, in process on the real runtime: a client's cancel that is
+    decided while its generation runs but lands after the next one started leaves the next one alone."""
+    import importlib.machinery
+    loader = importlib.machinery.SourceFileLoader("edge_llm_serve_cancel", str(
+        Path(__file__).resolve().parents[2] / "layers/meta-edge-llm/recipes-ai/edge-llm-serve/files/edge-llm-serve"))
+    serve = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    monkeypatch.setitem(sys.modules, loader.name, serve)      # dataclasses look their module up there
+    loader.exec_module(serve)
+    shutil.copy(TINY / "tiny.litertlm", tmp_path / "tiny.litertlm")
+    engine = serve.LiteRtLmEngine({"runtime": "litert_lm", "library": str(real_library()), "model_dir": str(tmp_path),
+                                   "model_file": "tiny.litertlm", "backend": "cpu", "cache_dir": ":nocache"})
+    second_started = threading.Event()
+    sched = serve.Scheduler(_StallingCancel(engine, lambda: second_started.wait(30)), 4, serve.Metrics())
+    sched.start()
+    for _ in range(400):
+        if sched.ready:
+            break
+        threading.Event().wait(0.05)
+    assert sched.ready, sched.reason
+
+    def job() -> object:
+        return serve.Job(kind="chat", prompt="", messages=[{"role": "user", "content": "Hello"}], system=None,
+                         max_tokens=300)
+
+    first, second = job(), job()
+    assert sched.submit(first) and sched.submit(second)
+    assert first.events.get(timeout=30)[0] == "text"      # the first client's generation runs
+    leaving = threading.Thread(target=sched.cancel, args=(first,))
+    leaving.start()                                       # its client leaves; the cancel stalls
+    assert second.events.get(timeout=30)[0] == "text"     # the first ended, the second runs
+    second_started.set()                                  # now the stalled cancel lands
+    leaving.join(30)
+    events = []
+    while not events or events[-1][0] == "text":
+        events.append(second.events.get(timeout=60))
+    assert events[-1][0] == "done", events[-1]
+    assert events[-1][1]["finish_reason"] == "length" and events[-1][1]["usage"]["completion_tokens"] == 300
+    engine.lib.litert_lm_engine_delete(engine.engine)
