@@ -378,6 +378,11 @@ def test_board_reboot_mid_download_resumes_and_never_switches_to_a_partial(env, 
 
     host.start_host(board, time_scale=0)                                     # boots again (same address)
     server.throttle.clear()
+    # the cut download's handler notices the dead peer only at a later write: wait until its hit is logged,
+    # so it lands before the mark and is never taken for the resumed request
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(h.path == url_path for h in server.since(0)):
+        time.sleep(0.05)
     mark = server.mark()
     res = deploy(fleet, index, limit="dep-8275")
     assert res.row("dep-8275").verdict == "pass", res.row("dep-8275").reason
