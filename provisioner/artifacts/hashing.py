@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 CHUNK = 4 * 1024 * 1024
+#: a sha256 as hashlib's hexdigest() writes it (also what an OSTree commit id is)
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def sha256_file(path: str | Path, on_bytes: Callable[[int], None] | None = None) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog, layout
-from provisioner.artifacts.hashing import sha256_file
+from provisioner.artifacts.hashing import SHA256_RE, sha256_file
 from provisioner.contracts.release import MODEL_KINDS, RUNTIMES
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import atomic_write
@@ -38,7 +38,6 @@ PREVIOUS = "previous"      # symlink beside ``current``: the version a rollback 
 COMMITTED = ".committed"
 ARTIFACT_MARK = ".edge-llm-artifact.json"
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: a file of a model version, relative to its folder: plain names joined by '/', nothing that climbs out
 FILE_RE = re.compile(r"^(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*$")
 #: where boards fetch from: http(s), no whitespace, quotes or template braces

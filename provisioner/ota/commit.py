@@ -18,12 +18,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from provisioner import catalog
-from provisioner.artifacts.hashing import sha256_file
+from provisioner.artifacts.hashing import SHA256_RE, sha256_file
 from provisioner.contracts.release import check_member_name, extract_checked
 from provisioner.errors import ArtifactError
 from provisioner.ota import OTA_KINDS, TARBALL_PATH, ostree
 
-HEX = set("0123456789abcdef")
+#: a commit id: a sha256 in lowercase hex (ostree-core.c ostree_validate_structureof_checksum_string)
+COMMIT_RE = SHA256_RE
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def branch_commit(repo: Path, machine: str, tarball: Path) -> tuple[str, str]:
                             "OSTREE_BRANCHNAME defaults to the machine (meta-updater sota.bbclass); "
                             "build with a clean ostree_repo or keep the default")
     commit = (heads / branch).read_text().strip()
-    if len(commit) != 64 or not set(commit) <= HEX:
+    if not COMMIT_RE.match(commit):
         raise ArtifactError(f"{tarball}: refs/heads/{branch} is not a commit id ({commit[:70]!r})",
                             "re-copy the tarball from the build's deploy folder")
     return branch, commit
@@ -139,8 +140,6 @@ def collect(tarball: Path, release_dir: Path, machine: str) -> dict[str, Any]:
     return info.as_dict()
 
 
-#: a commit id: a sha256 in lowercase hex (ostree-core.c ostree_validate_structureof_checksum_string)
-COMMIT_RE = re.compile(r"^[0-9a-f]{64}$")
 #: a ref: OSTREE_REF_REGEXP of ostree's src/libostree/ostree-core.c ("(?:[-._\\w\\d]+/)*[-._\\w\\d]+"), ASCII
 #: only and without "." or ".." components (that regexp admits them; a ref is also a path under refs/heads)
 REF_RE = re.compile(r"^(?!(?:.*/)?\.\.?(?:/|$))(?:[-._A-Za-z0-9]+/)*[-._A-Za-z0-9]+$")
@@ -184,7 +183,7 @@ def release_ota(data: Mapping[str, Any], where: Path) -> dict[str, Any]:
         raise _bad(where, f"'ota.commit' is not an OSTree commit id (64 hex digits): {ota['commit']!r:.80}")
     if not REF_RE.match(ota["branch"]) or len(ota["branch"]) > 255:
         raise _bad(where, f"'ota.branch' is not an OSTree ref name: {ota['branch']!r:.80}")
-    if not COMMIT_RE.match(ota["sha256"]):
+    if not SHA256_RE.match(ota["sha256"]):
         raise _bad(where, f"'ota.sha256' is not a sha256 (64 hex digits): {ota['sha256']!r:.80}")
     tarball = PurePosixPath(ota["tarball"])
     if tarball.is_absolute() or ".." in tarball.parts:
