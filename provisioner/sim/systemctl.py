@@ -634,16 +634,7 @@ class Manager:
             "WorkingDirectory": unit.get("Service", "WorkingDirectory"),
             "LimitMEMLOCK": fmt_limit(memlock),
             "LimitMEMLOCKSoft": fmt_limit(memlock),
-            "Id": name,
-            "Names": name,
-            "Description": unit.get("Unit", "Description", name),
-            "LoadState": "loaded",
-            "ActiveState": st.get("active", "inactive"),
-            "SubState": st.get("sub", "dead"),
-            "FragmentPath": unit.fragment or "",
-            "DropInPaths": " ".join(unit.dropins),
-            "UnitFileState": self.unit_file_state(name),
-            "UnitFilePreset": "disabled",
+            **self._loaded_props(unit, st),
             "ActiveEnterTimestamp": stamp if st.get("active") == "active" else "",
             "StateChangeTimestamp": stamp,
             "NeedDaemonReload": "no",
@@ -652,9 +643,8 @@ class Manager:
             "TriggeredBy": sock if name.endswith(".service") and self.load(sock) is not None else "",
         }
 
-    def _show_socket(self, unit: Unit, st: dict[str, Any], stamp: str) -> dict[str, str]:
-        """``systemctl show X.socket``: the properties systemd's socket units have (a socket has no main
-        process: MainPID=0; Listen= is the loaded configuration, as systemd shows it after a reload too)."""
+    def _loaded_props(self, unit: Unit, st: dict[str, Any]) -> dict[str, str]:
+        """What ``systemctl show`` prints for any loaded unit, service or socket alike."""
         name = unit.name
         return {
             "Id": name,
@@ -663,11 +653,19 @@ class Manager:
             "LoadState": "loaded",
             "ActiveState": st.get("active", "inactive"),
             "SubState": st.get("sub", "dead"),
-            "Result": st.get("result", "success"),
             "FragmentPath": unit.fragment or "",
             "DropInPaths": " ".join(unit.dropins),
             "UnitFileState": self.unit_file_state(name),
             "UnitFilePreset": "disabled",
+        }
+
+    def _show_socket(self, unit: Unit, st: dict[str, Any], stamp: str) -> dict[str, str]:
+        """``systemctl show X.socket``: the properties systemd's socket units have (a socket has no main
+        process: MainPID=0; Listen= is the loaded configuration, as systemd shows it after a reload too)."""
+        name = unit.name
+        return {
+            **self._loaded_props(unit, st),
+            "Result": st.get("result", "success"),
             "MainPID": "0",
             "ControlPID": "0",
             "Listen": " ".join(f"{v} (Stream)" for v in unit.values("Socket", "ListenStream")),
