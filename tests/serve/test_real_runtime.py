@@ -65,6 +65,23 @@ def client(board):
     return OpenAI(base_url=f"{board.url}/v1", api_key=TOKEN, max_retries=0, timeout=60)
 
 
+def failed_health(board, *, attempts: int, delay_s: float) -> dict | None:
+    """The service's GET /health body once it reports a failed load (polled ``attempts`` times), else the
+    last error body seen (None when none came)."""
+    health = None
+    for _ in range(attempts):
+        try:
+            urllib.request.urlopen(f"{board.url}/health", timeout=2)
+        except urllib.error.HTTPError as exc:
+            health = json.loads(exc.read())
+            if health.get("status") == "failed":
+                break
+        except OSError:
+            pass
+        threading.Event().wait(delay_s)
+    return health
+
+
 def pieces(reference: dict) -> list[str]:
     """The reference tokens as text (SentencePiece's word mark is a space)."""
     return [p.replace("\u2581", " ") for p in reference["decode_pieces"]]
@@ -229,19 +246,7 @@ def test_a_library_of_another_abi_is_refused_at_start_with_one_line(tmp_path, st
     lib = tmp_path / "liblitert-lm.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     board = start_board("litert_lm", wait=False, library=str(lib))
-    deadline = 100
-    health = None
-    while deadline:
-        try:
-            urllib.request.urlopen(f"{board.url}/health", timeout=2)
-        except urllib.error.HTTPError as exc:
-            health = json.loads(exc.read())
-            if health.get("status") == "failed":
-                break
-        except OSError:
-            pass
-        deadline -= 1
-        threading.Event().wait(0.1)
+    health = failed_health(board, attempts=100, delay_s=0.1)
     assert health and health["status"] == "failed"
     assert "0.18.1" in health["reason"] and "0.12.0" in health["reason"]
     lines = [ln for ln in board.log.read_text().splitlines() if "not loaded" in ln]
@@ -370,17 +375,8 @@ def test_health_and_metrics_name_the_backend_the_runtime_reports(real_board, sta
     assert not [ln for ln in board.log.read_text().splitlines() if ln.startswith("I0000")]
 
     npu = real_board(backend="npu", wait=False)
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(f"{npu.url}/health", timeout=2)
-        except urllib.error.HTTPError as exc:
-            health = json.loads(exc.read())
-            if health.get("status") == "failed":
-                break
-        except OSError:
-            pass
-        threading.Event().wait(0.05)
-    assert health["status"] == "failed" and health["backend"]["configured"] == "npu"
+    health = failed_health(npu, attempts=200, delay_s=0.05)
+    assert health and health["status"] == "failed" and health["backend"]["configured"] == "npu"
     assert health["backend"]["runtime"] == "npu"
     assert any("NPU accelerator could not be loaded" in said for said in health["backend"]["runtime_said"])
 
