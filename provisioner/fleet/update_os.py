@@ -30,8 +30,9 @@ def release_mismatch(host_board: str, release_board: str, branch: str) -> str | 
     (None when it may). Checked on the controller before the board pulls anything: another board type's
     image boots another device tree and another NPU's libraries, and the board loses its service.
 
-    The branch must be the board type's own: meta-updater's sota.bbclass names it ``OSTREE_BRANCHNAME ?=
-    ${SOTA_HARDWARE_ID}``, ``SOTA_HARDWARE_ID ??= ${MACHINE}``, so each machine's commits live on its own ref.
+    The branch must be the board type's own: meta-updater's sota.bbclass (uptane/meta-updater @ f0e1ccaf)
+    names it ``OSTREE_BRANCHNAME ?= "${SOTA_HARDWARE_ID}"`` (line 25) and ``SOTA_HARDWARE_ID ??= "${MACHINE}"``
+    (line 5), so each machine's commits live on its own ref.
     An empty ``release_board`` (a commit given by hand) checks the branch only.
     """
     try:
