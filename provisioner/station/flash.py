@@ -22,6 +22,7 @@ from provisioner.station import edl
 from provisioner.station.bundle import Preflight, preflight
 from provisioner.station.config import StationConfig
 from provisioner.station.console import ConsoleDriver
+from provisioner.station.feed import FeedSender
 from provisioner.station.qdl import QDL_HINT, QdlDriver, QdlInfo, detect_qdl
 from provisioner.station.records import FAILED, INTERRUPTED, PASSED, Records, is_no_space, no_space_error, require_space
 from provisioner.station.strategy import BoardStrategy, BoardTarget, FlashOptions, FlashSettings
@@ -320,6 +321,7 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
     attempts: dict[str, int] = {}
     listeners: list[Listener] = []
     rec_listener: RecordsListener | None = None
+    feed: FeedSender | None = None
     if records is not None:
         for t in targets:
             records.board_seen(t.serial, slot=t.slot, port=t.port, mode="edl" if t.port else None, board=pf.board.id)
@@ -329,6 +331,11 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
                 log_path=log_dir / f"{t.serial}-qdl.log")
         rec_listener = RecordsListener(records, attempts)
         listeners.append(rec_listener)
+        feed = FeedSender(records.path, attempts)   # live events for `station dashboard`
+        listeners.append(feed)
+        for t in targets:
+            feed(StepEvent("attempt", "start", serial=t.serial, slot=t.slot,
+                           detail={"release": pf.release_id, "board": pf.board.id}))
     if listener:
         listeners.append(listener)
     stop = stop or threading.Event()
@@ -371,6 +378,9 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
                 if records.space_error is None:
                     raise
                 unrecorded.setdefault(t.serial, "not recorded anywhere")
+            if feed is not None:
+                feed(StepEvent("attempt", "stop", serial=t.serial, slot=t.slot, duration_s=time.monotonic() - b0,
+                               detail={"result": result, "error": error}))
         pr = strat.progress
         rate = max(pr.rates) if pr and pr.rates else None
         return BoardResult(t.serial, t.slot, t.port, strat.state, ok, error, time.monotonic() - b0, strat.tries,
@@ -391,6 +401,8 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
     finally:
         if rec_listener is not None:
             rec_listener.close()
+        if feed is not None:
+            feed.close()
     run = FlashRun(pf.release_id, pf.board.id, info, results, time.monotonic() - t0)
     full = records.space_error if records is not None else None
     log_errors = [r.serial for r in results if r.log_error]

@@ -1,0 +1,142 @@
+"""A live feed of a flashing station's board events, for any dashboard that listens.
+
+Why a feed beside the records: the records keep what must survive a crash (states, step
+starts and stops, outcomes), one fsync'ed transaction at a time, and deliberately not qdl's
+progress; a dashboard also wants the progress, and wants every change within a fraction of a
+second without polling the database hard. So the flashing station also sends each
+:class:`~provisioner.steps.StepEvent` as one Unix datagram to every socket in ``<db>.feed/``
+(one per listening dashboard). Nobody listening costs one ``stat`` per event; a full or gone
+listener loses the datagram (sending never blocks, never fails a flash), and a dashboard reads
+the records for everything that matters anyway.
+
+The folder is the station user's own (mode 0700): a sender only sends into a folder owned by
+its own user and writable by no one else, so no other local user can listen in; a receiver
+creates it that way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import stat
+from pathlib import Path
+from typing import Any
+
+from provisioner.steps import StepEvent
+
+#: the largest datagram sent; an event whose detail is larger is sent without its detail
+MAX_DATAGRAM = 16384
+
+
+def feed_dir(database: Path | str) -> Path:
+    """Where the listeners of the station writing ``database`` put their sockets."""
+    p = Path(database)
+    return p.with_name(p.name + ".feed")
+
+
+def _private(st: os.stat_result) -> bool:
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+class FeedSender:
+    """A step-event listener that sends every event to the dashboards listening on ``database``.
+
+    ``attempts`` (serial -> attempt id) is the run's map, so each datagram names its attempt.
+    """
+
+    def __init__(self, database: Path | str, attempts: dict[str, int] | None = None) -> None:
+        self.dir = feed_dir(database)
+        self.attempts = attempts if attempts is not None else {}
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        self._mtime: int | None = None
+        self._targets: list[str] = []
+
+    def _listeners(self) -> list[str]:
+        """The sockets in the feed folder, listed again only when the folder changed."""
+        try:
+            st = os.stat(self.dir)
+        except OSError:
+            self._mtime, self._targets = None, []
+            return []
+        if st.st_ctime_ns != self._mtime:   # ctime: entries added or removed, mode or owner changed
+            self._mtime = st.st_ctime_ns
+            if not _private(st):
+                self._targets = []
+            else:
+                try:
+                    self._targets = [str(self.dir / n) for n in os.listdir(self.dir) if n.endswith(".sock")]
+                except OSError:
+                    self._targets = []
+        return self._targets
+
+    def __call__(self, ev: StepEvent) -> None:
+        targets = self._listeners()
+        if not targets:
+            return
+        msg = ev.as_dict()
+        msg["attempt"] = self.attempts.get(ev.serial or "")
+        data = json.dumps(msg, default=str).encode()
+        if len(data) > MAX_DATAGRAM:
+            data = json.dumps(msg | {"detail": {}}, default=str).encode()
+        for path in targets:
+            try:
+                self._sock.sendto(data, path)
+            except OSError as exc:
+                if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                    self._mtime = None    # a dashboard went away: list the folder again next time
+                # EAGAIN (a listener behind): the datagram is dropped, the flash goes on
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+class FeedReceiver:
+    """One dashboard's socket in the feed folder; :meth:`read` returns the events waiting."""
+
+    def __init__(self, database: Path | str) -> None:
+        self.dir = feed_dir(database)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(self.dir)
+        if not _private(st):
+            from provisioner.errors import StationError
+            raise StationError(f"live feed folder {self.dir} is not private to this user (owner uid {st.st_uid}, "
+                               f"mode {stat.S_IMODE(st.st_mode):o})",
+                               "remove it (the dashboard recreates it) or run the dashboard as the station's user")
+        self.path = self.dir / f"{os.getpid()}-{os.urandom(4).hex()}.sock"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.path))
+        self.sock.setblocking(False)
+        with contextlib.suppress(OSError):   # room for bursts of progress while the loop is busy
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every datagram waiting, decoded; anything that is not an event object is dropped."""
+        out = []
+        while True:
+            try:
+                data = self.sock.recv(MAX_DATAGRAM * 2)
+            except (BlockingIOError, InterruptedError):
+                return out
+            except OSError:
+                return out
+            try:
+                msg = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(msg, dict):
+                out.append(msg)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
