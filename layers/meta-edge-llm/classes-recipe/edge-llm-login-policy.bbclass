@@ -12,7 +12,8 @@
 #
 # Scope: only images that inherit this class, and only when EDGE_LLM_LOGIN_POLICY is not "debug"
 # (debug images keep QLI's defaults). edge_llm_check_login then reads the finished rootfs and
-# fails the build if root can still log in with a password (lib/edgellm/loginpolicy.py).
+# fails the build if root can still log in with a password (lib/edgellm/loginpolicy.py), and a keys-only
+# sota (OSTree) image if no key root can use is in the commit (edge-llm-login puts them under /usr there).
 
 # disabled | keys-only | debug (manifest image.root_login)
 EDGE_LLM_LOGIN_POLICY ??= "disabled"
@@ -42,6 +43,14 @@ python edge_llm_check_login() {
     if policy not in lp.ALLOWED_ROOT_LOGIN:
         bb.fatal("EDGE_LLM_LOGIN_POLICY must be disabled, keys-only or debug, got %r" % policy)
     found = lp.problems(d.getVar("IMAGE_ROOTFS"), policy, d.getVar("sysconfdir"), d.getVar("sbindir"))
+    if policy == "keys-only" and bb.utils.contains("DISTRO_FEATURES", "sota", True, False, d):
+        # an OSTree (sota) board boots without /root's contents: keys-only with no reachable key locks
+        # everyone out, Ansible included (meta-updater image_types_ostree.bbclass @ f0e1ccaf lines 99-100)
+        keys = lp.ostree_root_key_problems(d.getVar("IMAGE_ROOTFS"), d.getVar("sysconfdir"), d.getVar("sbindir"),
+                                           d.getVar("ROOT_HOME"))
+        if keys:
+            bb.fatal("sota image (EDGE_LLM_LOGIN_POLICY keys-only) would boot with no key root can log in "
+                     "with: %s" % "; ".join(keys))
     if found:
         bb.fatal("production image (EDGE_LLM_LOGIN_POLICY %s) still lets root log in: %s -> check "
                  "IMAGE_FEATURES/EXTRA_IMAGE_FEATURES (allow-root-login, allow-empty-password, "

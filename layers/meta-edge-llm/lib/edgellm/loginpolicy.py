@@ -157,6 +157,67 @@ def dropbear_problems(rootfs: str, policy: str, sysconfdir: str = "/etc", sbindi
     return out
 
 
+# sshd_config(5) AuthorizedKeysFile: the default when no file sets it.
+SSHD_DEFAULT_KEYS_FILES = ".ssh/authorized_keys .ssh/authorized_keys2"
+
+
+def _expand_keys_file(token: str, user: str, home: str) -> str:
+    """One AuthorizedKeysFile entry as sshd opens it: %% %u %h expanded (sshd_config(5) TOKENS), a
+    relative path taken under the user's home."""
+    out, i = [], 0
+    while i < len(token):
+        if token[i] == "%" and i + 1 < len(token):
+            out.append({"%": "%", "u": user, "h": home}.get(token[i + 1], token[i:i + 2]))
+            i += 2
+        else:
+            out.append(token[i])
+            i += 1
+    path = "".join(out)
+    return path if path.startswith("/") else home.rstrip("/") + "/" + path
+
+
+def _holds_a_key(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return any(line.strip() and not line.lstrip().startswith("#") for line in f)
+    except OSError:
+        return False
+
+
+def in_ostree_commit(path: str, sysconfdir: str = "/etc") -> bool:
+    """Whether an OSTree deployment still has ``path`` from the image (meta-updater f0e1ccaf
+    image_types_ostree.bbclass): /usr is the commit (but /usr/local becomes a link into /var, line 126),
+    and /etc is moved to /usr/etc (line 60) and merged into every deployment's /etc; everything else
+    (/root, /home, /opt, /var...) is dropped or linked into /var."""
+    return ((path.startswith("/usr/") and not path.startswith("/usr/local/"))
+            or path.startswith(sysconfdir.rstrip("/") + "/"))
+
+
+def ostree_root_key_problems(rootfs: str, sysconfdir: str = "/etc", sbindir: str = "/usr/sbin",
+                             root_home: str = "/root") -> list[str]:
+    """Why root could not log in with an SSH key on an OSTree (sota) board built from ``rootfs``.
+
+    meta-updater (f0e1ccaf) image_types_ostree.bbclass lines 99-100 delete ``/root`` and link it to
+    ``var/roothome``; image_types_ota.bbclass lines 72-81 copy only var/sota, var/local and home into the
+    deployment's /var. So root's keys count only where sshd reads them from the commit itself.
+    """
+    main = f"{sysconfdir}/ssh/sshd_config"
+    if not os.path.isfile(rootfs + main):
+        if os.path.exists(rootfs + sbindir + "/dropbear"):
+            return [f"dropbear reads root's keys only from {root_home}/.ssh/authorized_keys, which an OSTree "
+                    "commit drops -> use OpenSSH (IMAGE_FEATURES ssh-server-openssh)"]
+        return [f"{main} is missing: no SSH server in the image reads root's keys"]
+    value = next((v for _p, _n, key, v, in_match in _sshd_lines(rootfs, main, False, set())
+                  if key == "authorizedkeysfile" and not in_match), SSHD_DEFAULT_KEYS_FILES)
+    files = [_expand_keys_file(t, "root", root_home) for t in value.split() if t.lower() != "none"]
+    kept = [f for f in files if in_ostree_commit(f, sysconfdir) and _holds_a_key(rootfs + f)]
+    if kept:
+        return []
+    return [f"AuthorizedKeysFile gives root {' '.join(files) or 'none'}, and no key is in a file the OSTree "
+            f"commit keeps ({root_home} becomes /var/roothome, empty on the board) -> install the keys under "
+            "/usr and name them in AuthorizedKeysFile (edge-llm-login does with sota in DISTRO_FEATURES)"]
+
+
 def problems(rootfs: str, policy: str, sysconfdir: str = "/etc", sbindir: str = "/usr/sbin") -> list[str]:
     """Every way root can still log in with a password on this rootfs under a production policy."""
     if policy not in ALLOWED_ROOT_LOGIN:

@@ -19,6 +19,14 @@ EDGE_LLM_SSHD_DROPIN = "${sysconfdir}/ssh/sshd_config.d/50-edge-llm.conf"
 # so this file never changes between releases (no rebuild, sstate stays valid).
 EDGE_LLM_ISSUE_FILE = "${sysconfdir}/issue.d/50-edge-llm.issue"
 EDGE_LLM_ROOT_HOME = "${ROOT_HOME}"
+# Where root's keys live on an OSTree (sota) image. meta-updater's image_types_ostree.bbclass
+# (uptane/meta-updater @ f0e1ccaf, lines 99-100) deletes ${ROOT_HOME} (/root: openembedded-core 06dd66e6
+# meta/conf/distro/include/init-manager-systemd.inc line 8) and links it to var/roothome, and
+# image_types_ota.bbclass (lines 72-81) copies only var/sota, var/local and home into the deployment's
+# /var, so keys under ${ROOT_HOME} never reach the board. The commit keeps /usr: the keys go there (one
+# copy per deployment, so an OS update rotates them and a rollback brings the old ones back) and sshd
+# reads them through AuthorizedKeysFile (%u: each user's own file, only root has one).
+EDGE_LLM_SSH_KEYS_DIR = "${@bb.utils.contains('DISTRO_FEATURES', 'sota', '${datadir}/edge-llm/ssh', '', d)}"
 
 python do_install() {
     import os
@@ -36,15 +44,25 @@ python do_install() {
     os.makedirs(os.path.dirname(issue), exist_ok=True)
     with open(issue, "w") as f:
         f.write("edge-llm release \\S{BUILD_ID}\n\n")
+    keys_dir = d.getVar("EDGE_LLM_SSH_KEYS_DIR")
+    install_keys = bool(keys) and policy != "disabled"
+    lines = []
     if policy != "debug":
+        root = "prohibit-password" if policy == "keys-only" else "no"
+        lines += ["# meta-edge-llm login policy: %s" % policy, "PermitRootLogin %s" % root,
+                  "PasswordAuthentication no", "PermitEmptyPasswords no", "KbdInteractiveAuthentication no"]
+    if install_keys and keys_dir:
+        # oe-core 06dd66e6 openssh/sshd_config: line 13 includes sshd_config.d/*.conf before its own
+        # "AuthorizedKeysFile .ssh/authorized_keys" (line 43); sshd_config(5): the first value obtained wins
+        lines += ["# OSTree image: /root is not in the commit, root's keys are (meta-edge-llm edge-llm-login.bb)",
+                  "AuthorizedKeysFile .ssh/authorized_keys %s/%%u/authorized_keys" % keys_dir]
+    if lines:
         dropin = dest + d.getVar("EDGE_LLM_SSHD_DROPIN")
         os.makedirs(os.path.dirname(dropin), exist_ok=True)
-        root = "prohibit-password" if policy == "keys-only" else "no"
         with open(dropin, "w") as f:
-            f.write("# meta-edge-llm login policy: %s\nPermitRootLogin %s\nPasswordAuthentication no\n"
-                    "PermitEmptyPasswords no\nKbdInteractiveAuthentication no\n" % (policy, root))
-    if keys and policy != "disabled":
-        ssh = dest + d.getVar("EDGE_LLM_ROOT_HOME") + "/.ssh"
+            f.write("".join(line + "\n" for line in lines))
+    if install_keys:
+        ssh = dest + (keys_dir + "/root" if keys_dir else d.getVar("EDGE_LLM_ROOT_HOME") + "/.ssh")
         os.makedirs(ssh, mode=0o700, exist_ok=True)
         os.chmod(ssh, 0o700)
         path = os.path.join(ssh, "authorized_keys")
@@ -53,5 +71,5 @@ python do_install() {
         os.chmod(path, 0o600)
 }
 
-FILES:${PN} += "${EDGE_LLM_SSHD_DROPIN} ${EDGE_LLM_ROOT_HOME}/.ssh ${EDGE_LLM_ISSUE_FILE}"
+FILES:${PN} += "${EDGE_LLM_SSHD_DROPIN} ${EDGE_LLM_ROOT_HOME}/.ssh ${EDGE_LLM_ISSUE_FILE} ${EDGE_LLM_SSH_KEYS_DIR}"
 ALLOW_EMPTY:${PN} = "1"
