@@ -11,7 +11,8 @@ import pytest
 
 from provisioner.cli import main
 from provisioner.errors import UserError
-from provisioner.rehearse import split_boards
+from provisioner.rehearse import RehearsalOptions, split_boards
+from provisioner.sim import real_litert
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,12 +50,28 @@ def test_boards_split_over_board_types():
         split_boards(1, 2)
 
 
+def _real_completion(prompt: str, max_tokens: int) -> str | None:
+    """What Google's runtime answers a raw completion prompt on the tiny model a virtual IQ-8275 board
+    runs it with (through Google's own binding), or None where the boards answer with modelled text."""
+    found = real_litert.locate()
+    if isinstance(found, str):
+        return None
+    import litert_lm
+    engine = litert_lm.Engine(str(found[1]), backend=litert_lm.Backend.CPU(), cache_dir=":nocache")
+    with engine.create_session(apply_prompt_template=False, max_output_tokens=max_tokens) as session:
+        session.run_prefill([prompt])
+        text = session.run_decode().texts[0]
+    del engine
+    return text
+
+
 @pytest.mark.root
 @pytest.mark.slow
 def test_rehearsal_four_boards_with_one_injected_fault(tmp_path, capsys):
     """4 virtual boards (2 per type), no-burst on one: that board fails verify for burst mode,
     the other three are flashed with the release, verified, launched and answer a completion."""
     work = tmp_path / "rh"
+    real = _real_completion(RehearsalOptions().prompt, 32)
     rc = main(["rehearse", "--boards", "4", "--fault", "no-burst", "--work-dir", str(work), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 1, "a board failing verification must fail the rehearsal"
@@ -75,6 +92,8 @@ def test_rehearsal_four_boards_with_one_injected_fault(tmp_path, capsys):
             continue
         assert b["verdict"] == "pass" and b["decode_tok_s"] >= b["min_decode_tok_s"]
         assert b["completion"].strip()
+        if b["board"] == "iq-8275-evk" and real:
+            assert b["completion"] == real[:80]     # Google's runtime wrote it; the NPU only paced it
     # torn down: no sshd or supervisor of this rehearsal left
     leftovers = subprocess.run(["pgrep", "-f", str(work / "sim")], capture_output=True, text=True).stdout.split()
     assert leftovers == []

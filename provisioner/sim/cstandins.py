@@ -33,8 +33,6 @@ from provisioner.sim import runtime, systemctl
 SRC_DIR = Path(__file__).with_name("clib")
 LITERT_LM = Path(layout.LITERT_CAPI_LIB).name     # liblitert-lm.so
 LIBRARIES = {LITERT_LM: "litert_lm.c", "libGenie.so": "genie.c"}
-# The name the stand-in had before it took the real one; still accepted from callers not yet moved.
-RENAMED = {"liblitert_lm_c_api.so": LITERT_LM}
 PROGRAMS = {"sshd-socket": "sshd_socket.c"}
 COMMON = ("oracle.c", "oracle.h")
 
@@ -59,7 +57,6 @@ def _argv(name: str, qairt: str, out: Path) -> list[str]:
 
 def build(name: str, qairt: str) -> Path:
     """Path of the compiled stand-in ``name`` for QAIRT build ``qairt`` (compiled on first use)."""
-    name = RENAMED.get(name, name)
     if name not in LIBRARIES:
         raise ValueError(f"no stand-in library '{name}' (known: {', '.join(LIBRARIES)})")
     h = hashlib.sha256()

@@ -78,7 +78,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.errors import SimError
-from provisioner.sim import cstandins, ostree_board, ports, qcom_scm, runtime, systemctl
+from provisioner.sim import cstandins, ostree_board, ports, qcom_scm, real_litert, runtime, systemctl
 from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root
 
 SSH_HOST = "127.0.0.1"
@@ -439,7 +439,8 @@ def _facts(board: VirtualBoard, time_scale: float) -> dict[str, Any]:
         models[mid] = {"kind": m.kind, "file": m.file, "size": m.size, "qairt": m.qairt, "npu_only": m.npu_only,
                        "boards": list(m.boards), "runtime": m.runtime}
     return {"serial": board.serial, "board": b.as_dict(), "models": models, "os": "qli",
-            "time_scale": time_scale, "system_qairt": _system_qairt()}
+            "time_scale": time_scale, "system_qairt": _system_qairt(),
+            "real_litert": real_litert.board_facts(real_litert.locate(), SIM_DIR)}
 
 
 def _system_qairt() -> str:
@@ -820,6 +821,11 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     if sp:
         _bind(sp, sim / "site", ro=True)
     os.symlink(os.environ.get("EDGE_LLM_SIM_WORLD_PYTHON") or _world_python(), sim / runtime.PYTHON_LINK)
+    found = real_litert.locate()        # Google's runtime and the tiny model, where facts.json says they are
+    if not isinstance(found, str):
+        for src, name in zip(found, (real_litert.BOARD_LIB_DIR, real_litert.BOARD_MODEL_DIR), strict=True):
+            (sim / name).mkdir(mode=0o755)
+            _bind(src.parent, sim / name, ro=True)
     shutil.copyfile(hd / "facts.json", sim / runtime.FACTS_NAME)
     os.chmod(sim / runtime.FACTS_NAME, 0o644)
     ota = ostree_board.sysroot(board)

@@ -10,6 +10,12 @@ limits and credentials inherited) and asks it over a pipe. The checks are the on
 library-based service fails exactly where the runtime would, with the runtime's log lines on
 its stderr (the service's journal); the speeds come from the same timing model.
 
+The words are not modelled where this machine can run Google's real runtime: a LiteRT-LM engine
+that passed every NPU check also opens :class:`provisioner.sim.real_litert.RealLiteRt` (the real
+``liblitert-lm.so`` on the CPU with a real tiny model), and each generation streams that
+runtime's chunks, paced by the NPU timing model. Where the wheel or the tiny model is absent the
+load says so in one line and the answers are modelled text, as for Genie (no public runtime).
+
 Protocol (one line per record, prompt and config bytes length-prefixed, never on a command line):
 
 * library -> here ``L <nbytes>\\n<payload>``: load (litert: the model path; genie: the config JSON);
@@ -34,6 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from provisioner.sim import real_litert
 from provisioner.sim import runtime as rt
 
 SLEEP_CAP_S = 30.0
@@ -47,8 +54,25 @@ class Loaded:
     """A model as one engine/dialog holds it: what it answers, how fast, whether it is garbage."""
 
     def __init__(self, view: rt.BoardView, model: rt.ModelView, burst: bool, garbage: bool,
-                 limit: int | None) -> None:
+                 limit: int | None, real: real_litert.RealLiteRt | None = None) -> None:
         self.view, self.model, self.burst, self.garbage, self.limit = view, model, burst, garbage, limit
+        self.real = real
+
+
+def open_real(view: rt.BoardView) -> real_litert.RealLiteRt | None:
+    """The real runtime this board's facts name, or None (after one line on stderr saying why)."""
+    where = view.facts.get("real_litert") or {"absent": "this board's facts name no real runtime"}
+    if "absent" in where:
+        print(f"edge-llm-sim: modelled answers: {where['absent']}", file=sys.stderr)
+        return None
+    try:
+        real = real_litert.RealLiteRt(where["library"], where["model"])
+    except (OSError, real_litert.RealRuntimeError) as exc:
+        print(f"edge-llm-sim: modelled answers: the real LiteRT-LM runtime did not start ({exc})", file=sys.stderr)
+        return None
+    print(f"edge-llm-sim: answers from the real LiteRT-LM runtime ({where['library']}, {where['model']}, cpu)",
+          file=sys.stderr)
+    return real
 
 
 def load_litert(view: rt.BoardView, model_path: str) -> Loaded:
@@ -83,7 +107,8 @@ def load_litert(view: rt.BoardView, model_path: str) -> Loaded:
             "[ERROR] QnnDevice_create failed with error 14001",
             "INTERNAL: Failed to create NPU compiled model"])
     rt.check_memlock(stack, "litert")
-    return Loaded(view, model, burst, "wrong-soc-model" in view.faults, None)
+    garbage = "wrong-soc-model" in view.faults
+    return Loaded(view, model, burst, garbage, None, None if garbage else open_real(view))
 
 
 def load_genie(view: rt.BoardView, config_json: str) -> Loaded:
@@ -140,11 +165,14 @@ def _read_genie_json(view: rt.BoardView, cfg: dict[str, Any]) -> rt.ModelView:
 
 
 def _message_text(prompt: str) -> str:
-    """A conversation message (JSON) reduced to its text; plain prompts unchanged."""
+    """A conversation message (JSON, or the library's envelope holding it) reduced to its text; plain
+    prompts unchanged."""
     try:
         msg = json.loads(prompt)
     except ValueError:
         return prompt
+    if isinstance(msg, dict) and "message" in msg:
+        msg = msg["message"]
     content = msg.get("content") if isinstance(msg, dict) else None
     if isinstance(content, str):
         return content
@@ -153,9 +181,30 @@ def _message_text(prompt: str) -> str:
     return prompt
 
 
+def _real_chunks(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> list[str] | None:
+    """The real runtime's chunks for this generation, or None (no real runtime, or it refused: its reason
+    is on stderr, e.g. a prompt longer than the tiny model's 512 tokens that the board's model would take)."""
+    if loaded.real is None:
+        return None
+    try:
+        return loaded.real.generate(prompt, mode, max_tokens)
+    except (real_litert.RealRuntimeError, ValueError, KeyError) as exc:
+        print(f"edge-llm-sim: modelled answer: the real runtime refused this one ({exc})", file=sys.stderr)
+        return None
+
+
 def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[rt.Timing, list[tuple[float, str]]]:
     """The timing and the chunks (with the sleep before each) of one generation."""
     text_in = _message_text(prompt) if mode == "conv" else prompt
+    real = _real_chunks(loaded, prompt, max_tokens, mode)
+    if real is not None:
+        # one chunk per token as the runtime streams them; the NPU model says when each arrives
+        t = rt.timing(loaded.view, loaded.model, rt.count_tokens(text_in) + 8, len(real), burst=loaded.burst,
+                      rng=random.Random())
+        per_token = _scaled(loaded.view, t.decode_s / max(len(real), 1))
+        # the pipe is line-based: a text chunk's newline becomes a space (JSON chunks have none raw)
+        return t, [(_scaled(loaded.view, t.ttft_s) if i == 0 else per_token,
+                    chunk.replace("\n", " ").replace("\t", " ")) for i, chunk in enumerate(real)]
     coherent = rt.answer_for(text_in)
     limit = min([x for x in (loaded.limit, max_tokens if max_tokens > 0 else None) if x] or [0]) or None
     if limit:

@@ -797,6 +797,9 @@ def _litert_prompt(flags: dict[str, Any], err: TextIO) -> str:
 
 def _generate_litert(flags: dict[str, Any], prompt: str, model: ModelView, view: BoardView, out: TextIO,
                      err: TextIO, burst: bool) -> int:
+    # Modelled words, unlike the service's library (provisioner.sim.real_litert): this answer is what
+    # `fleet verify` judges for coherence, and the tiny real model's random weights give word salad
+    # that a real Gemma on the NPU would not (the check would fail every virtual board for the wrong reason).
     rng = random.Random()
     coherent = answer_for(prompt)
     n = count_tokens(coherent)

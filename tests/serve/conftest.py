@@ -28,7 +28,7 @@ BOARDLESS = "EDGE_LLM_SIM_BOARDLESS"
 @pytest.fixture(scope="session")
 def standin_libs() -> dict[str, Path]:
     """runtime -> the simulator's stand-in library for it (compiled once, cached by source hash)."""
-    return {"litert_lm": cstandins.build("liblitert_lm_c_api.so", layout.LITERT_QAIRT),
+    return {"litert_lm": cstandins.build(cstandins.LITERT_LM, layout.LITERT_QAIRT),
             "genie": cstandins.build("libGenie.so", layout.LITERT_QAIRT)}
 
 

@@ -5,6 +5,7 @@ prototype tables and ``bind_library`` (loaded from /usr/bin/edge-llm-serve), so 
 lacks a function or has another signature fails here as it would in the service. Prints one JSON
 object: chunks, wall-clock marks and benchmark figures.
 usage: python3 - litert <model.litertlm> <dispatch dir> <prompt> [cancel]
+       python3 - chat <model.litertlm> <dispatch dir> <user text> <max_tokens> [system text]
        python3 - genie <genie_config.json> <prompt> [max_tokens]
 """
 
@@ -77,6 +78,40 @@ def litert(model, dispatch, prompt, cancel=False):
     return out
 
 
+def chat(model, dispatch, text, max_tokens, system=None):
+    """One conversation turn as the service sends a chat: system message and user message as JSON."""
+    lib = svc.bind_library(lib_path(svc.LITERT_LM_LIBRARY), svc.LITERT_LM_PROTOTYPES)
+    st = lib.litert_lm_engine_settings_create(model.encode(), b"npu", None, None)
+    lib.litert_lm_engine_settings_set_litert_dispatch_lib_dir(st, dispatch.encode())
+    engine = lib.litert_lm_engine_create(st)
+    lib.litert_lm_engine_settings_delete(st)
+    if not engine:
+        return {"loaded": False}
+    sc = lib.litert_lm_session_config_create()
+    lib.litert_lm_session_config_set_max_output_tokens(sc, max_tokens)
+    cc = lib.litert_lm_conversation_config_create()
+    lib.litert_lm_conversation_config_set_session_config(cc, sc)
+    if system:
+        lib.litert_lm_conversation_config_set_system_message(cc, json.dumps(system).encode())
+    conv = lib.litert_lm_conversation_create(engine, cc)
+    parts, done = [], threading.Event()
+
+    def on_chunk(_data, chunk, is_final, error):
+        if chunk:
+            parts.extend(c.get("text", "") for c in json.loads(chunk)["content"])
+        if is_final or error:
+            done.set()
+    cb = svc.LiteRtLmStreamCallback(on_chunk)
+    msg = json.dumps({"role": "user", "content": text}).encode()
+    rc = lib.litert_lm_conversation_send_message_stream(conv, msg, None, None, cb, None)
+    done.wait(60)
+    lib.litert_lm_conversation_delete(conv)
+    lib.litert_lm_conversation_config_delete(cc)
+    lib.litert_lm_session_config_delete(sc)
+    lib.litert_lm_engine_delete(engine)
+    return {"loaded": True, "rc": rc, "pieces": parts}
+
+
 def genie(config, prompt, max_tokens=0):
     lib = svc.bind_library(lib_path(svc.GENIE_LIBRARY), svc.GENIE_PROTOTYPES)
     base = os.path.dirname(os.path.abspath(config))
@@ -116,6 +151,8 @@ if __name__ == "__main__":
     kind, args = sys.argv[1], sys.argv[2:]
     if kind == "litert":
         res = litert(args[0], args[1], args[2], cancel=len(args) > 3)
+    elif kind == "chat":
+        res = chat(args[0], args[1], args[2], int(args[3]), *args[4:])
     else:
         res = genie(args[0], args[1], int(args[2]) if len(args) > 2 else 0)
     print(json.dumps(res))

@@ -4,7 +4,10 @@
  * at dc48681d; the pin cbf463d97fa3: github.com/zkh2016/LiteRT-LM) that edge-llm-serve binds, with the same
  * signatures. generate_content_stream / send_message_stream are non-blocking like the real
  * ones: a worker thread calls the stream callback per chunk and once with is_final; generations
- * of one engine take the NPU in turn. Speeds and faults come from provisioner.sim.npu.
+ * of one engine take the NPU in turn. Speeds and faults come from provisioner.sim.npu, and so do the
+ * words: on a machine with Google's real runtime they are its answer to what this library was given
+ * (a conversation's system message, earlier messages and message, passed on as one JSON envelope;
+ * a session's prompt with or without the prompt template), see provisioner/sim/real_litert.py.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -44,6 +47,7 @@ typedef struct {
 } Engine;
 typedef struct {
   int max_output_tokens;
+  int raw; /* apply_prompt_template false (engine.h:136; the runtime's default is true) */
 } SessionConfig;
 typedef struct {
   double ttft_s, init_s;
@@ -53,6 +57,9 @@ typedef struct {
 typedef struct {
   Engine* engine;
   int max_output_tokens;
+  int raw;
+  char* system_json;   /* a conversation's system message and history, JSON as the caller set them */
+  char* messages_json;
   volatile int cancel;
   int running;
   pthread_t worker;
@@ -66,6 +73,8 @@ typedef struct {
 } Session;
 typedef struct {
   SessionConfig* session_config;
+  char* system_json;
+  char* messages_json;
 } ConversationConfig;
 
 static char* dup_or_null(const char* s) { return s ? strdup(s) : NULL; }
@@ -125,7 +134,7 @@ void litert_lm_engine_delete(void* p) {
 
 void* litert_lm_session_config_create(void) { return calloc(1, sizeof(SessionConfig)); }
 void litert_lm_session_config_set_max_output_tokens(void* p, int n) { ((SessionConfig*)p)->max_output_tokens = n; }
-void litert_lm_session_config_set_apply_prompt_template(void* p, bool v) { (void)p; (void)v; }
+void litert_lm_session_config_set_apply_prompt_template(void* p, bool v) { ((SessionConfig*)p)->raw = !v; }
 void litert_lm_session_config_set_sampler_params(void* p, const LiteRtLmSamplerParams* sp) { (void)p; (void)sp; }
 void litert_lm_session_config_delete(void* p) { free(p); }
 
@@ -134,6 +143,7 @@ void* litert_lm_engine_create_session(void* engine, void* config) {
   Session* s = calloc(1, sizeof(Session));
   s->engine = engine;
   s->max_output_tokens = config ? ((SessionConfig*)config)->max_output_tokens : 0;
+  s->raw = config ? ((SessionConfig*)config)->raw : 0;
   return s;
 }
 
@@ -156,6 +166,8 @@ void litert_lm_session_delete(void* p) {
   if (!s) return;
   s->cancel = 1;
   join_worker(s);
+  free(s->system_json);
+  free(s->messages_json);
   free(s);
 }
 
@@ -233,7 +245,7 @@ int litert_lm_session_generate_content_stream(void* p, const LiteRtLmInputData* 
     at += inputs[i].size;
   }
   prompt[at] = '\0';
-  return start(s, prompt, "text", cb, data);
+  return start(s, prompt, s->raw ? "raw" : "text", cb, data);
 }
 
 static Bench* bench_copy(Session* s) {
@@ -251,12 +263,31 @@ void* litert_lm_conversation_config_create(void) { return calloc(1, sizeof(Conve
 void litert_lm_conversation_config_set_session_config(void* p, void* sc) {
   ((ConversationConfig*)p)->session_config = sc;
 }
-void litert_lm_conversation_config_set_system_message(void* p, const char* json) { (void)p; (void)json; }
-void litert_lm_conversation_config_set_messages(void* p, const char* json) { (void)p; (void)json; }
-void litert_lm_conversation_config_delete(void* p) { free(p); }
+void litert_lm_conversation_config_set_system_message(void* p, const char* json) {
+  ConversationConfig* c = p;
+  free(c->system_json);
+  c->system_json = dup_or_null(json);
+}
+void litert_lm_conversation_config_set_messages(void* p, const char* json) {
+  ConversationConfig* c = p;
+  free(c->messages_json);
+  c->messages_json = dup_or_null(json);
+}
+void litert_lm_conversation_config_delete(void* p) {
+  ConversationConfig* c = p;
+  if (!c) return;
+  free(c->system_json);
+  free(c->messages_json);
+  free(c);
+}
 void* litert_lm_conversation_create(void* engine, void* config) {
   ConversationConfig* c = config;
-  return litert_lm_engine_create_session(engine, c ? c->session_config : NULL);
+  Session* s = litert_lm_engine_create_session(engine, c ? c->session_config : NULL);
+  if (s && c) {
+    s->system_json = dup_or_null(c->system_json);
+    s->messages_json = dup_or_null(c->messages_json);
+  }
+  return s;
 }
 void litert_lm_conversation_delete(void* p) { litert_lm_session_delete(p); }
 int litert_lm_conversation_send_message_stream(void* p, const char* message_json, const char* extra,
@@ -265,7 +296,14 @@ int litert_lm_conversation_send_message_stream(void* p, const char* message_json
   (void)extra;
   (void)optional_args;
   if (p == NULL || message_json == NULL || cb == NULL) return -1;
-  return start(p, strdup(message_json), "conv", cb, data);
+  Session* s = p;
+  /* each part is JSON already (as the caller gave it), so the envelope is their concatenation */
+  const char* sys = s->system_json ? s->system_json : "null";
+  const char* msgs = s->messages_json ? s->messages_json : "null";
+  size_t n = strlen(sys) + strlen(msgs) + strlen(message_json) + 48;
+  char* env = malloc(n);
+  snprintf(env, n, "{\"system\":%s,\"messages\":%s,\"message\":%s}", sys, msgs, message_json);
+  return start(s, env, "conv", cb, data);
 }
 void litert_lm_conversation_cancel_process(void* p) { litert_lm_session_cancel_process(p); }
 void* litert_lm_conversation_get_benchmark_info(void* p) { return litert_lm_session_get_benchmark_info(p); }

@@ -1,0 +1,225 @@
+"""Google's real LiteRT-LM runtime behind a virtual IQ-8275 board's stand-in library.
+
+A virtual board has no NPU, but this machine can run the real runtime on its CPU: PyPI
+``litert-lm-api`` 0.12.0 ships ``liblitert-lm.so`` with the C ABI of the pinned LiteRT-LM
+cbf463d (``c/engine.h``), and ``realworld/litertlm/tiny/`` in the ``shared`` directory beside
+the checkout holds a real ``.litertlm`` LLM (random weights) it runs in milliseconds. So the text
+a virtual board's service streams is the real runtime's answer to the real request (chat
+template, conversation messages, max tokens, stop token: all the runtime's own), while
+:mod:`provisioner.sim.npu` keeps modelling only what a CPU cannot show: the NPU's timing and
+burst mode, FastRPC, the QAIRT match and the failure signatures.
+
+Host side, :func:`locate` finds the library and the model (or says in one line why not);
+:mod:`provisioner.sim.host` binds both read-only into the board under ``/run/edge-llm-sim`` and
+names them in ``facts.json``. Board side, :class:`RealLiteRt` runs them; it imports only the
+standard library (it runs under the board's ``python3 -S`` as the service's user) and binds the
+C functions itself from ``c/engine.h`` at cbf463d, never with the service's prototype tables
+it stands behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import importlib.util
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+PIN_WHEEL = ("litert-lm-api", "0.12.0")     # the pin's own version (LiteRT-LM cbf463d version.bzl), same C ABI
+LIB_NAME = "liblitert-lm.so"                # python/litert_lm/_ffi.py:104 at cbf463d
+TINY_MODEL = "tiny-eos.litertlm"            # may stop by itself (tiny.litertlm never does)
+LIB_ENV, MODEL_ENV = "EDGE_LLM_SIM_LITERT_LIB", "EDGE_LLM_SIM_TINY_MODEL"
+BOARD_LIB_DIR, BOARD_MODEL_DIR = "real-litert", "real-model"     # under the board's /run/edge-llm-sim
+CONTEXT = 512                               # the tiny models' KV cache (tiny.reference.json kv_cache_len)
+LOG_ERROR = 4                               # engine.h:236-240: 0=VERBOSE ... 4=ERROR
+INPUT_TEXT = 0                              # engine.h:244 kLiteRtLmInputDataTypeText
+GENERATION_TIMEOUT_S = 120.0
+
+_P, _S, _I, _B = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_bool
+# engine.h:652 at cbf463d: (callback_data, chunk, is_final, error_msg)
+_Callback = ctypes.CFUNCTYPE(None, _P, _S, _B, _S)
+
+
+class _Input(ctypes.Structure):
+    """LiteRtLmInputData, engine.h:252-260 at cbf463d."""
+
+    _fields_ = [("type", ctypes.c_int), ("data", _P), ("size", ctypes.c_size_t)]
+
+
+# name -> (restype, argtypes), each as declared in c/engine.h at cbf463d (line of the declaration)
+_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
+    "litert_lm_set_min_log_level": (None, [_I]),                                        # :240
+    "litert_lm_engine_settings_create": (_P, [_S, _S, _S, _S]),                         # :271
+    "litert_lm_engine_settings_delete": (None, [_P]),                                   # :279
+    "litert_lm_engine_settings_set_max_num_tokens": (None, [_P, _I]),                   # :286
+    "litert_lm_engine_settings_set_cache_dir": (None, [_P, _S]),                        # :313
+    "litert_lm_engine_create": (_P, [_P]),                                              # :380
+    "litert_lm_engine_delete": (None, [_P]),                                            # :386
+    "litert_lm_session_config_create": (_P, []),                                        # :123
+    "litert_lm_session_config_set_max_output_tokens": (None, [_P, _I]),                 # :129
+    "litert_lm_session_config_set_apply_prompt_template": (None, [_P, _B]),             # :136
+    "litert_lm_session_config_delete": (None, [_P]),                                    # :149
+    "litert_lm_engine_create_session": (_P, [_P, _P]),                                  # :396
+    "litert_lm_session_delete": (None, [_P]),                                           # :403
+    "litert_lm_session_generate_content_stream": (_I, [_P, ctypes.POINTER(_Input), ctypes.c_size_t,
+                                                       _Callback, _P]),                 # :683
+    "litert_lm_conversation_config_create": (_P, []),                                   # :156
+    "litert_lm_conversation_config_set_session_config": (None, [_P, _P]),               # :162
+    "litert_lm_conversation_config_set_system_message": (None, [_P, _S]),               # :170
+    "litert_lm_conversation_config_set_messages": (None, [_P, _S]),                     # :184
+    "litert_lm_conversation_config_delete": (None, [_P]),                               # :214
+    "litert_lm_conversation_create": (_P, [_P, _P]),                                    # :697
+    "litert_lm_conversation_delete": (None, [_P]),                                      # :704
+    "litert_lm_conversation_send_message_stream": (_I, [_P, _S, _S, _P, _Callback, _P]),  # :761
+}
+
+
+def _sim_root() -> Path:
+    """The directory holding the ``provisioner`` package (the checkout; ``shared/`` is its sibling)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def locate() -> tuple[Path, Path] | str:
+    """(library, model) of the real runtime on this machine, or one line saying why there is none.
+
+    The library is ``$EDGE_LLM_SIM_LITERT_LIB`` or the installed litert-lm-api wheel's, and only
+    at 0.12.0: a later wheel has another C ABI (0.18.1's stream callback takes 2 arguments) and
+    would crash the process this module binds it in. The model is ``$EDGE_LLM_SIM_TINY_MODEL`` or
+    ``shared/realworld/litertlm/tiny/tiny-eos.litertlm`` beside the checkout.
+    """
+    lib_env = os.environ.get(LIB_ENV)
+    if lib_env:
+        lib = Path(lib_env)
+    else:
+        try:
+            version = importlib.metadata.version(PIN_WHEEL[0])
+        except importlib.metadata.PackageNotFoundError:
+            return f"{PIN_WHEEL[0]} is not installed (pip install {PIN_WHEEL[0]}=={PIN_WHEEL[1]})"
+        if version != PIN_WHEEL[1]:
+            return f"{PIN_WHEEL[0]} {version} is installed; the pinned C ABI is {PIN_WHEEL[1]}'s"
+        spec = importlib.util.find_spec("litert_lm")      # located, never imported (Google's binding)
+        if spec is None or not spec.submodule_search_locations:
+            return f"{PIN_WHEEL[0]} has no litert_lm package directory"
+        lib = Path(next(iter(spec.submodule_search_locations))) / LIB_NAME
+    model = Path(os.environ.get(MODEL_ENV) or
+                 _sim_root().parent / "shared" / "realworld" / "litertlm" / "tiny" / TINY_MODEL)
+    for what, path in (("library", lib), ("tiny model", model)):
+        if not path.is_file():
+            return f"the real LiteRT-LM {what} {path} is absent"
+    return lib.resolve(), model.resolve()
+
+
+def board_facts(found: tuple[Path, Path] | str, sim_dir: str) -> dict[str, Any]:
+    """facts.json's ``real_litert`` entry: where the board sees the library and model, or why not."""
+    if isinstance(found, str):
+        return {"absent": found}
+    lib, model = found
+    return {"library": f"{sim_dir}/{BOARD_LIB_DIR}/{lib.name}", "model": f"{sim_dir}/{BOARD_MODEL_DIR}/{model.name}"}
+
+
+class RealRuntimeError(Exception):
+    """The real runtime refused (its reason is on stderr, where the runtime writes it)."""
+
+
+class RealLiteRt:
+    """One real engine on the CPU with the tiny model; generations run one at a time, to the end."""
+
+    def __init__(self, library: str, model: str) -> None:
+        self.model = model
+        self.lib = ctypes.CDLL(library)
+        for name, (res, args) in _PROTOTYPES.items():
+            fn = getattr(self.lib, name)
+            fn.restype, fn.argtypes = res, args
+        self.lib.litert_lm_set_min_log_level(LOG_ERROR)
+        settings = self.lib.litert_lm_engine_settings_create(model.encode(), b"cpu", None, None)
+        if not settings:
+            raise RealRuntimeError(f"litert_lm_engine_settings_create failed for {model}")
+        try:
+            # engine.h:313: ":nocache" writes no .xnnpack_cache beside the (read-only) model
+            self.lib.litert_lm_engine_settings_set_cache_dir(settings, b":nocache")
+            self.lib.litert_lm_engine_settings_set_max_num_tokens(settings, CONTEXT)
+            self.engine = self.lib.litert_lm_engine_create(settings)
+        finally:
+            self.lib.litert_lm_engine_settings_delete(settings)
+        if not self.engine:
+            raise RealRuntimeError(f"litert_lm_engine_create failed for {model}")
+        self._lock = threading.Lock()
+
+    def generate(self, payload: str, mode: str, max_tokens: int) -> list[str]:
+        """The chunks the runtime streams, as it streams them.
+
+        ``mode`` ``conv``: ``payload`` is the stand-in's envelope ``{"system", "messages", "message"}``
+        (the JSON the service gave conversation_config_set_system_message / _set_messages /
+        send_message_stream); the chunks are the runtime's JSON messages. ``text`` / ``raw``: a
+        session prompt with / without the model's prompt template; the chunks are text.
+        Raises :class:`RealRuntimeError` with the runtime's error message.
+        """
+        with self._lock:
+            return self._generate(payload, mode, max_tokens)
+
+    def _generate(self, payload: str, mode: str, max_tokens: int) -> list[str]:
+        lib = self.lib
+        chunks: list[str] = []
+        done = threading.Event()
+        state: dict[str, str | None] = {"error": None}
+
+        def on_chunk(_data: Any, chunk: bytes | None, is_final: bool, error: bytes | None) -> None:
+            if chunk:
+                chunks.append(chunk.decode("utf-8", "replace"))
+            if error:
+                state["error"] = error.decode("utf-8", "replace")
+            if is_final or error:
+                done.set()
+
+        callback = _Callback(on_chunk)
+        sc = lib.litert_lm_session_config_create()
+        owned: list[tuple[Any, int]] = []
+        try:
+            if max_tokens > 0:
+                lib.litert_lm_session_config_set_max_output_tokens(sc, max_tokens)
+            if mode == "conv":
+                env = json.loads(payload)
+                cc = lib.litert_lm_conversation_config_create()
+                owned.append((lib.litert_lm_conversation_config_delete, cc))
+                lib.litert_lm_conversation_config_set_session_config(cc, sc)
+                if env.get("system") is not None:
+                    lib.litert_lm_conversation_config_set_system_message(cc, json.dumps(env["system"]).encode())
+                if env.get("messages"):
+                    lib.litert_lm_conversation_config_set_messages(cc, json.dumps(env["messages"]).encode())
+                conv = lib.litert_lm_conversation_create(self.engine, cc)
+                if not conv:
+                    raise RealRuntimeError("litert_lm_conversation_create failed")
+                owned.append((lib.litert_lm_conversation_delete, conv))
+                rc = lib.litert_lm_conversation_send_message_stream(
+                    conv, json.dumps(env["message"]).encode(), None, None, callback, None)
+            else:
+                lib.litert_lm_session_config_set_apply_prompt_template(sc, mode != "raw")
+                session = lib.litert_lm_engine_create_session(self.engine, sc)
+                if not session:
+                    raise RealRuntimeError("litert_lm_engine_create_session failed")
+                owned.append((lib.litert_lm_session_delete, session))
+                data = payload.encode("utf-8")
+                buf = ctypes.create_string_buffer(data, len(data))
+                inp = _Input(INPUT_TEXT, ctypes.cast(buf, _P), len(data))
+                rc = lib.litert_lm_session_generate_content_stream(session, ctypes.byref(inp), 1, callback, None)
+            if rc != 0:
+                raise RealRuntimeError(f"the real runtime refused to start the stream (status {rc})")
+            if not done.wait(GENERATION_TIMEOUT_S):
+                raise RealRuntimeError(f"the real runtime did not finish in {GENERATION_TIMEOUT_S:.0f} s")
+            # "Max number of tokens reached." ends a generation that filled the context: its text stands
+            if state["error"] and not state["error"].startswith("Max number of tokens"):
+                raise RealRuntimeError(state["error"])
+            return chunks
+        finally:
+            for delete, handle in reversed(owned):      # sessions before the engine (an engine outliving
+                delete(handle)                          # one aborts at exit)
+            lib.litert_lm_session_config_delete(sc)
+            del callback
+
+    def close(self) -> None:
+        if self.engine:
+            self.lib.litert_lm_engine_delete(self.engine)
+            self.engine = None
