@@ -110,6 +110,12 @@ def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind
         cfg["token_file"] = token_file
     if model.runtime == "litert_lm":
         cfg["model_file"] = model.file or f"{model.name}.litertlm"
+        # The model's context (catalog): the service gives it to the runtime (c/engine.h:286 at cbf463d,
+        # litert_lm_engine_settings_set_max_num_tokens), refuses a longer prompt with a 400 before any byte
+        # and ends a generation that fills it with finish_reason "length".
+        known = catalog.models().get(model.name)
+        if known is not None and known.context:
+            cfg["max_num_tokens"] = known.context
     else:
         cfg["genie_config"] = "genie_config.json"
     if model.system_prompt:

@@ -21,6 +21,13 @@ def test_config_names_the_token_file_and_connection_limits():
     assert cfg["max_connections"] > 0 and cfg["idle_timeout_s"] > 0 and cfg["read_timeout_s"] > 0
 
 
+def test_a_litert_config_carries_the_models_context():
+    """The runtime gets the model's context (4096 for Gemma-4 E2B, the catalog's), not its own default."""
+    assert serve_config(catalog.board("iq-8275-evk"), _model())["max_num_tokens"] == 4096
+    other = ModelVars.from_vars({"name": "my-own", "kind": "litertlm", "qairt": "2.44.0.260225"})
+    assert "max_num_tokens" not in serve_config(catalog.board("iq-8275-evk"), other)
+
+
 def test_a_lan_bind_without_a_token_is_refused():
     with pytest.raises(ValueError, match="LAN bind needs a bearer token"):
         serve_config(catalog.board("iq-8275-evk"), _model(), bind="0.0.0.0", token_file=None)
