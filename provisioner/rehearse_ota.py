@@ -78,6 +78,11 @@ class OtaRehearsal:
         if not shutil.which("ostree"):
             raise RehearsalError("--ota needs the ostree CLI (commits, the published repo, board sysroots)",
                                  "apt-get install -y ostree")
+        # Every rehearsal builds its two releases anew, and a new build is a new commit (commit time,
+        # parent), while `ota publish` holds a release id to the one commit it first published. So the
+        # rehearsal's OTA folder (its build repo, release folders and published repository, nothing a board
+        # boots from) starts empty, as its freshly flashed boards do: a rerun in the same work dir is clean.
+        shutil.rmtree(self.dir, ignore_errors=True)
         out = []
         for lane in self.r.lanes:
             rootfs = self._rootfs(lane)
