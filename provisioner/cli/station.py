@@ -218,3 +218,54 @@ def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path 
         stdout.print(f"wrote {out}: {n} board(s) in {len(inv['all']['children'])} group(s)")
     else:
         stdout.print(dump_inventory(inv), markup=False, highlight=False)
+
+
+@command.command("dashboard")
+@click.option("--bind", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Loopback serves this host only; a LAN address (or 0.0.0.0) needs a token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--token-file", type=click.Path(path_type=Path),
+              help="File holding the token a browser must give on a LAN bind (or set PROVISIONER_DASHBOARD_TOKEN).")
+@_db_opt
+@_config_opt
+def dashboard_cmd(bind: str, port: int, token_file: Path | None, db: Path | None, config: Path | None) -> None:
+    """A live web page of this station's slots and its history (read-only) until Ctrl-C."""
+    from provisioner.image.cache import is_loopback
+    from provisioner.station.dashboard import DashboardSettings, serve
+
+    cfg = _config(config, db=db)
+    token = _dashboard_token(token_file)
+    if not is_loopback(bind) and not token:
+        raise StationError(f"--bind {bind} serves the dashboard to the network, and no token is set",
+                           "write a token of 16+ characters to a file for --token-file (or set "
+                           "PROVISIONER_DASHBOARD_TOKEN), or drop --bind to serve this host only")
+    settings = DashboardSettings(bind=bind, port=port, loopback=is_loopback(bind), token=token)
+    rep = Reporter()
+
+    def ready(url: str) -> None:
+        rep.step(f"station dashboard at {url} (records {cfg.database}, sysfs {cfg.sysfs_root})")
+        who = "Browsers log in with the token. " if token else "This host only. "
+        rep.info(f"Read-only. {who}Ctrl-C stops.")
+
+    serve(cfg, settings, on_ready=ready)
+
+
+def _dashboard_token(token_file: Path | None) -> str | None:
+    """The dashboard token from --token-file or the environment; never from argv, never printed."""
+    from provisioner import context
+    from provisioner.station.dashboard import MIN_TOKEN_CHARS
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise StationError(f"dashboard token file {token_file} is unreadable ({exc.strerror})",
+                               "give a readable file holding the token") from None
+        source = f"token file {token_file}"
+    else:
+        token = (context.environ().get("PROVISIONER_DASHBOARD_TOKEN") or "").strip()
+        source = "PROVISIONER_DASHBOARD_TOKEN"
+    if token and (len(token) < MIN_TOKEN_CHARS or not token.isprintable()):
+        raise StationError(f"the dashboard token in {source} is shorter than {MIN_TOKEN_CHARS} characters "
+                           "or not printable", "use e.g. `openssl rand -hex 16`")
+    return token or None

@@ -299,6 +299,7 @@ class BoardStrategy:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
+        self.emit("boot", "progress", check="identity")   # up: now the boot check reads it back
         try:
             self.identity, refused = con.identity_or_banner(timeout_s=max(1.0, deadline - time.monotonic()))
             if refused:
