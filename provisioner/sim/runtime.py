@@ -660,11 +660,14 @@ def dispatch_lib_dir(model_path: str, explicit: str | None = None) -> str | None
 def find_dispatch_libs(directory: str, _depth: int = 0) -> list[str]:
     """The dispatch libraries LiteRT finds in ``directory``, as LiteRT's own search does.
 
-    google-ai-edge/LiteRT litert/core/dynamic_loading.cc (FindLiteRtDispatchSharedLibs and
-    FindLiteRtSharedLibsHelper, at 04443443bb8f): every readable entry of the directory whose stem
-    starts with ``libLiteRtDispatch`` and whose extension is ``.so``, symlinks followed, and the
-    same search in each subdirectory. Nothing else is searched: not ``LD_LIBRARY_PATH``, not the
-    executable's directory.
+    google-ai-edge/LiteRT at d865fd82cd7f, the LiteRT that LiteRT-LM cbf463d builds against
+    (its WORKSPACE:6, LITERT_REF): litert/core/dynamic_loading.cc:56-93 (FindLiteRtSharedLibsHelper)
+    and :108-115 (FindLiteRtDispatchSharedLibs), called only from
+    litert/runtime/dispatch/litert_dispatch.cc:100-119 with the dispatch directory option: every
+    readable entry of the directory whose stem starts with ``libLiteRtDispatch`` and whose
+    extension is ``.so``, symlinks followed, and the same search in each subdirectory. Nothing
+    else is searched: not ``LD_LIBRARY_PATH``, not the executable's directory. (With several
+    found, the runtime warns and loads the first in directory order, :115-118.)
     """
     found: list[str] = []
     try:

@@ -1,7 +1,8 @@
 /* SIMULATED libGenie.so for edge-llm virtual boards - not Qualcomm's Genie.
  *
  * Exports the GenieDialog subset edge-llm-serve binds, with the signatures of the QAIRT SDK's
- * include/Genie/GenieDialog.h and GenieCommon.h: Genie_Status_t is int32_t (0 success, warnings
+ * include/Genie/GenieDialog.h and GenieCommon.h (checked as edge-llm-serve's prototype table says:
+ * GenieDialog_signal and _setMaxNumTokens as in the newest public header, the rest as in every copy): Genie_Status_t is int32_t (0 success, warnings
  * > 0 such as GENIE_STATUS_WARNING_ABORTED 1, errors < 0 such as GENIE_STATUS_ERROR_GENERAL -1).
  * GenieDialog_query blocks and calls the callback per chunk (SENTENCE_BEGIN, CONTINUE..., END);
  * GenieDialog_signal(ABORT) from another thread stops it (SENTENCE_ABORT, WARNING_ABORTED).
