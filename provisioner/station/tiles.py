@@ -79,17 +79,13 @@ class SlotBoard:
     def __init__(self, slots: list[str] | None = None) -> None:
         self.tiles: dict[str, Tile] = {s: Tile(s) for s in slots or []}
         self._slot_of: dict[str, str] = {}      # serial -> slot of its current attempt
+        self._pending: dict[str, dict[str, Any]] = {}   # serial -> attempt start, slot not known yet
 
-    def _tile(self, slot: str | None, serial: str | None) -> Tile | None:
-        key = slot or (serial and self._slot_of.get(serial)) or serial
+    def _tile(self, slot: str | None, serial: str) -> Tile | None:
+        key = slot or self._slot_of.get(serial)
         if not key:
             return None
-        if serial and slot and self._slot_of.get(serial) not in (None, slot):
-            old = self.tiles.get(self._slot_of[serial])   # a board found in EDL under a provisional tile
-            if old is not None and old.serial == serial and old.slot == serial:
-                del self.tiles[old.slot]
-        if serial:
-            self._slot_of[serial] = key
+        self._slot_of[serial] = key
         return self.tiles.setdefault(key, Tile(key))
 
     # -- live events -----------------------------------------------------------------
@@ -103,13 +99,16 @@ class SlotBoard:
         attempt = msg.get("attempt") if isinstance(msg.get("attempt"), int) else None
         tile = self._tile(slot, serial)
         if tile is None:
+            # a board sent to EDL from its console: its slot is known once it is found in EDL
+            if step == "attempt" and kind == "start":
+                self._pending[serial] = detail
             return []
         if attempt is not None and tile.attempt is not None and attempt < tile.attempt:
             return []                            # an older attempt's late datagram
         before = tile.as_dict()
         if step == "attempt" and kind == "start" or (attempt is not None and attempt != tile.attempt):
-            tile._new_attempt(attempt, serial, _text(detail.get("release")) or tile.release,
-                              _text(detail.get("board")))
+            start = detail if step == "attempt" else self._pending.pop(serial, {})
+            tile._new_attempt(attempt, serial, _text(start.get("release")), _text(start.get("board")))
             tile.phase = "edl"
         if step == "attempt" and kind == "stop":
             result = detail.get("result")
