@@ -1,4 +1,4 @@
-"""`provisioner station`: scan, preflight, flash, history, export-inventory (thin; work is in
+"""`provisioner station`: scan, preflight, flash, history, forward, export-inventory (thin; work is in
 provisioner.station)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from provisioner.errors import CheckFailed, StationError
 from provisioner.station.bundle import preflight as run_preflight
 from provisioner.station.config import StationConfig, load_config, load_slots
 from provisioner.station.flash import flash_release, scan
+from provisioner.station.history import OUTCOMES, read_history
+from provisioner.station.outbox import Central, Outbox, forward_once, forwarding
 from provisioner.station.progress import LiveProgress
 from provisioner.station.records import Records, write_inventory
 from provisioner.station.strategy import FlashOptions
@@ -144,7 +146,8 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
                            timeout_s=timeout_s, retries=retries, reappear_timeout_s=reappear_timeout,
                            boot_timeout_s=boot_timeout, boot_check=boot_check, allow_old_qdl=allow_old_qdl)
     rep = Reporter(quiet=as_json)
-    with Records(cfg.database) as records:
+    # the central history (if any) is fed from the local database in the background: never waited for
+    with Records(cfg.database) as records, forwarding(cfg.database, cfg.central, report=rep.warn) as fwd:
         for note in records.recovery_notes:  # attempts an earlier crash left open, settled at open
             rep.warn(note)
         progress = LiveProgress(stderr, list(serials)) if not as_json else None
@@ -153,6 +156,9 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
                 run = flash_release(release, cfg, options, listener=progress, records=records)
         else:
             run = flash_release(release, cfg, options, records=records)
+    if fwd is not None and fwd.status.backlog:
+        rep.warn(f"central records {cfg.central.describe()}: {fwd.status.backlog} attempt(s) wait in the local "
+                 "outbox; they are sent by the next run or `provisioner station forward`")
     if as_json:
         print_json(run.as_dict())
     else:
@@ -169,23 +175,57 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
 
 @command.command("history")
 @click.option("--serial", help="Only this board.")
+@click.option("--release", help="Only this release id.")
+@click.option("--outcome", type=click.Choice(OUTCOMES), help="Only attempts that ended so.")
+@click.option("--station", "station_name", help="Only this station (central history).")
+@click.option("--local", is_flag=True, help="This station's own database even when a central one is configured.")
+@click.option("--limit", type=click.IntRange(1), default=500, show_default=True, help="Newest N attempts.")
 @_db_opt
 @_config_opt
 @_json_opt
-def history_cmd(serial: str | None, db: Path | None, config: Path | None, as_json: bool) -> None:
-    """Every flash attempt recorded on this station, newest first."""
+def history_cmd(serial: str | None, release: str | None, outcome: str | None, station_name: str | None,
+                local: bool, limit: int, db: Path | None, config: Path | None, as_json: bool) -> None:
+    """Flash attempts, newest first: every station's when station.yaml names a central database."""
     cfg = _config(config, db=db)
-    if not cfg.database.is_file():
-        raise StationError(f"no station database at {cfg.database}", "flash a board first or pass --db")
-    with Records(cfg.database, writer=False) as records:
-        rows = records.history(serial)
+    hist = read_history(cfg, serial=serial, release=release, outcome=outcome, station=station_name, limit=limit,
+                        local=local)
+    rows = hist.rows
     if as_json:
         print_json(rows)
         return
-    stdout.print(table("station history", ["id", "serial", "slot", "release", "qdl", "state", "result", "s",
-                                           "error", "log"],
-                       [(r["id"], r["serial"], r["slot"], r["release_id"], r["qdl_version"], r["state"], r["result"],
-                         r["duration_s"], r["error"], r["log_path"]) for r in rows]))
+    stdout.print(table(f"station history ({hist.source}: {hist.where})",
+                       ["station", "id", "serial", "slot", "release", "qdl", "state", "result", "s", "error", "log"],
+                       [(r.get("station"), r["id"], r["serial"], r["slot"], r["release_id"], r["qdl_version"],
+                         r["state"], r["result"], r["duration_s"], r["error"], r["log_path"]) for r in rows]))
+    if hist.truncated:
+        stdout.print(f"(newest {limit} shown; --limit for more)")
+
+
+@command.command("forward")
+@_db_opt
+@_config_opt
+@_json_opt
+def forward_cmd(db: Path | None, config: Path | None, as_json: bool) -> None:
+    """Send this station's attempts the central database has not confirmed yet (the outbox)."""
+    cfg = _config(config, db=db)
+    if cfg.central is None:
+        raise StationError("no central records database configured",
+                           "set records: postgresql://... in station.yaml")
+    if not cfg.database.is_file():
+        raise StationError(f"no station database at {cfg.database}", "flash a board first or pass --db")
+    with Records(cfg.database, writer=False):
+        pass  # settles attempts a dead station left running, so they are forwarded too
+    outbox, central = Outbox(cfg.database), Central(cfg.central)
+    try:
+        st = forward_once(outbox, central)
+    finally:
+        central.close()
+        outbox.close()
+    if as_json:
+        print_json({"sent": st.sent, "duplicates": st.duplicates, "backlog": st.backlog})
+    else:
+        stdout.print(f"{cfg.central.describe()}: {st.sent} attempt(s) sent, {st.duplicates} already there, "
+                     f"{st.backlog} waiting")
 
 
 @command.command("export-inventory")

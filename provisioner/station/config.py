@@ -19,6 +19,9 @@ Example ``station.yaml`` (relative paths are relative to the file)::
     credential: {env: PROVISIONER_CONSOLE_PASSWORD}   # or {file: /etc/edge-llm/console.pw}
     addresses:                         # board serial -> host[:port] for the exported inventory
       0AA94EFD: 10.20.0.11:22
+    records: postgresql://station@db.line1:5432/records   # optional central history (provisioner.station.central)
+    records_password_file: /etc/edge-llm/records.pw          # or records_password_env: VAR (default PGPASSWORD)
+    station: line1-bench-a                                   # this station's name there (default: host name)
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ import yaml
 
 from provisioner import context
 from provisioner.errors import StationError
+from provisioner.station.central import KEYS as CENTRAL_KEYS
+from provisioner.station.central import CentralSettings, parse_settings
 
 DEFAULT_CONFIG = Path("station.yaml")
 DEFAULT_PASSWORD_ENV = "PROVISIONER_CONSOLE_PASSWORD"
 _KEYS = {"sysfs_root", "qdl", "slots", "consoles", "database", "credential", "log_dir", "boards", "baudrate",
-         "addresses"}
+         "addresses", *CENTRAL_KEYS}
 
 
 @dataclass
@@ -84,6 +89,7 @@ class StationConfig:
     credential: Credential = field(default_factory=Credential)
     baudrate: int = 115200
     addresses: dict[str, str] = field(default_factory=dict)  # board serial -> host:port
+    central: CentralSettings | None = None           # the PostgreSQL history, when configured
     source: Path | None = None
 
     def slot_name(self, port: str) -> str:
@@ -157,6 +163,7 @@ def load_config(path: Path | str | None = None) -> StationConfig:
                                     user=str(cred.get("user", "root")))
     if "baudrate" in data:
         cfg.baudrate = int(data["baudrate"])
+    cfg.central = parse_settings(data, base, path)
     return cfg
 
 
