@@ -35,6 +35,7 @@ import yaml
 
 from provisioner import context
 from provisioner.errors import StationError
+from provisioner.station.central import DEFAULT_PASSWORD_ENV as DEFAULT_PG_PASSWORD_ENV
 from provisioner.station.central import KEYS as CENTRAL_KEYS
 from provisioner.station.central import CentralSettings, parse_settings
 
@@ -91,6 +92,13 @@ class StationConfig:
     addresses: dict[str, str] = field(default_factory=dict)  # board serial -> host:port
     central: CentralSettings | None = None           # the PostgreSQL history, when configured
     source: Path | None = None
+
+    def secret_variables(self) -> set[str]:
+        """Environment variables that hold this station's passwords: kept out of every child (qdl)."""
+        names = {self.credential.env} if self.credential.file is None else set()
+        if self.central is not None:
+            names |= {self.central.password_env or "", DEFAULT_PG_PASSWORD_ENV}
+        return {n for n in names if n}
 
     def slot_name(self, port: str) -> str:
         return self.slots.get(port, port)
