@@ -11,7 +11,7 @@ from provisioner.errors import CheckFailed, StationError
 from provisioner.station.bundle import preflight as run_preflight
 from provisioner.station.config import StationConfig, load_config, load_slots
 from provisioner.station.flash import flash_release, scan
-from provisioner.station.history import OUTCOMES, read_history
+from provisioner.station.history import OUTCOMES, history_reader, read_history
 from provisioner.station.outbox import Central, Outbox, forward_once, forwarding
 from provisioner.station.progress import LiveProgress
 from provisioner.station.records import Records, write_inventory
@@ -287,7 +287,7 @@ def dashboard_cmd(bind: str, port: int, token_file: Path | None, db: Path | None
         who = "Browsers log in with the token. " if token else "This host only. "
         rep.info(f"Read-only. {who}Ctrl-C stops.")
 
-    serve(cfg, settings, on_ready=ready)
+    serve(cfg, settings, on_ready=ready, reader=history_reader(cfg))
 
 
 def _dashboard_token(token_file: Path | None) -> str | None:

@@ -318,11 +318,20 @@ class Central:
 
     # -- reads ---------------------------------------------------------------------------
     def history(self, *, serial: str | None = None, release: str | None = None, outcome: str | None = None,
-                station: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        """Attempts of every station, newest first, each the station's own record plus ``station``."""
+                station: str | None = None, limit: int | None = None, contains: bool = False) -> list[dict[str, Any]]:
+        """Attempts of every station, newest first, each the station's own record plus ``station``.
+
+        ``contains``: serial and release match as case-insensitive substrings (a search box),
+        else exactly (the serial in upper case, as the station records it)."""
         where, args = [], []
-        for col, value in (("serial", serial.upper() if serial else None), ("release_id", release),
-                           ("result", outcome), ("station", station)):
+        for col, value in (("serial", serial), ("release_id", release)):
+            if value and contains:
+                where.append(f"strpos(upper({col}), upper(%s)) > 0")   # no LIKE wildcards from the user
+                args.append(value)
+            elif value:
+                where.append(f"{col} = %s")
+                args.append(value.upper() if col == "serial" else value)
+        for col, value in (("result", outcome), ("station", station)):
             if value:
                 where.append(f"{col} = %s")
                 args.append(value)

@@ -1,13 +1,18 @@
 """One read of the flash history for every front end (``station history``, the dashboard).
 
-Why one function: whether the history comes from this station's SQLite file or from the central
+Why one place: whether the history comes from this station's SQLite file or from the central
 PostgreSQL database that several stations forward to is a station.yaml setting, and a caller
 should not have to know which. Rows look the same either way (the local ``attempts`` columns,
 JSON decoded, ``duration_s``), plus ``station`` naming the station that recorded the attempt.
+:func:`read_history` serves ``station history``; :func:`history_reader` gives the dashboard its
+:class:`~provisioner.station.history_reader.HistoryReader`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +20,7 @@ from typing import Any
 from provisioner.errors import StationError
 from provisioner.station.central import Central
 from provisioner.station.config import StationConfig
+from provisioner.station.history_reader import HistoryReader, SqliteHistoryReader
 from provisioner.station.records import Records
 
 OUTCOMES = ("passed", "failed", "interrupted", "running")
@@ -59,3 +65,75 @@ def read_history(cfg: StationConfig, *, serial: str | None = None, release: str 
     if limit and len(hist.rows) > limit:
         hist.rows, hist.truncated = hist.rows[:limit], True
     return hist
+
+
+class CentralHistoryReader:
+    """The dashboard's reader when a central database is configured: the tiles, ``version`` and
+    one attempt (its qdl log) come from this station's own database; the history search covers
+    every station. A row of another station carries no ``log_path``: its log is on that station.
+
+    The search runs in the dashboard's request handler, so a central database that does not
+    answer is not asked again for ``retry_s``; meanwhile the search answers from the local
+    database, as it would without a central one.
+    """
+
+    def __init__(self, cfg: StationConfig, env: Mapping[str, str] | None = None, *, retry_s: float = 30.0) -> None:
+        assert cfg.central is not None
+        self.local = SqliteHistoryReader(cfg.database)
+        self.central = Central(cfg.central, env)
+        self.database = cfg.database
+        self.station = cfg.central.station
+        self.retry_s = retry_s
+        self.error: str | None = None
+        self._down_until = 0.0
+
+    def version(self) -> object:
+        return self.local.version()
+
+    def latest_by_slot(self) -> list[dict[str, Any]]:
+        return self.local.latest_by_slot()
+
+    def attempt(self, attempt_id: int) -> dict[str, Any] | None:
+        return self.local.attempt(attempt_id)
+
+    def _own_db(self) -> str | None:
+        """This station's id in the central history (set by its first forward), read-only."""
+        if not self.database.is_file():
+            return None
+        try:
+            db = sqlite3.connect(f"{self.database.absolute().as_uri()}?mode=ro", uri=True, timeout=1.0)
+            try:
+                row = db.execute("SELECT value FROM outbox_meta WHERE key='station_db'").fetchone()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return None
+        return row[0] if row else None
+
+    def search(self, *, serial: str | None = None, release: str | None = None, result: str | None = None,
+               limit: int = 200) -> list[dict[str, Any]]:
+        if time.monotonic() >= self._down_until:
+            try:
+                rows = self.central.history(serial=serial, release=release, outcome=result, limit=limit,
+                                            contains=True)
+            except StationError as exc:
+                self.error = str(exc)
+                self._down_until = time.monotonic() + self.retry_s
+            else:
+                self.error = None
+                own = self._own_db()
+                return [r if r.get("station_db") == own else r | {"log_path": None} for r in rows]
+        return [r | {"station": self.station} for r in
+                self.local.search(serial=serial, release=release, result=result, limit=limit)]
+
+    def close(self) -> None:
+        self.local.close()
+        with contextlib.suppress(Exception):
+            self.central.close()
+
+
+def history_reader(cfg: StationConfig, env: Mapping[str, str] | None = None) -> HistoryReader:
+    """The dashboard's reader: the central history when station.yaml names one, else this station's."""
+    if cfg.central is not None:
+        return CentralHistoryReader(cfg, env)
+    return SqliteHistoryReader(cfg.database)

@@ -23,6 +23,7 @@ import yaml
 from provisioner.cli import main
 from provisioner.errors import StationError
 from provisioner.station.config import load_config
+from provisioner.station.history import history_reader
 from provisioner.station.outbox import Outbox
 from provisioner.station.records import Records
 from tests.station.conftest import Station
@@ -137,6 +138,22 @@ def test_two_stations_flashing_at_once_write_one_history(pg, central, release_82
     hist = json.loads(proc.stdout)
     assert [(h["station"], h["serial"], h["result"]) for h in hist] == [("bench-b", "0AA94E09", "passed")]
     assert main(["station", "history", "--config", str(cfg), "--outcome", "failed", "--json"]) == 0
+    # the dashboard's reader searches every station; only this station's rows link a local qdl log
+    reader = history_reader(load_config(cfg))
+    try:
+        found = reader.search(serial="0aa94e", limit=50)
+        assert sorted((r["station"], bool(r["log_path"])) for r in found) == \
+            [("bench-a", True)] * 3 + [("bench-b", False)] * 3
+        assert reader.attempt(found[-1]["id"]) is not None and reader.latest_by_slot()
+    finally:
+        reader.close()
+    # with the central database unreachable the search answers from this station alone
+    dead = station_yaml(a, "bench-a", None, records=f"postgresql://x@127.0.0.1:{_closed_port()}/db")
+    reader = history_reader(load_config(dead))
+    try:
+        assert {r["station"] for r in reader.search(release="gemma4")} == {"bench-a"} and reader.error
+    finally:
+        reader.close()
 
 
 def test_the_server_killed_mid_run_loses_nothing_and_the_backlog_drains(pg, central, release_8275, tmp_path):
