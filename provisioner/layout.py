@@ -30,6 +30,21 @@ OS_RELEASE = "/etc/os-release"              # BUILD_ID = manifest release id
 ISSUE_SNIPPET = "/etc/issue.d/50-edge-llm.issue"
 ISSUE_TEXT = "edge-llm release \\S{BUILD_ID}\n\n"
 BANNER_RELEASE_PREFIX = "edge-llm release "
+# The board's identity on the console, for production images where root cannot log in: the layer's
+# edge-llm-identity.service writes IDENTITY_RUN_FILE at every boot (after sshdgenkeys.service, before
+# getty-pre.target) and IDENTITY_ISSUE links to it; agetty lists symlinks in issue.d too
+# (util-linux term-utils/agetty.c issuedir_filter accepts DT_LNK). Lines: "edge-llm id serial <n>",
+# "edge-llm id ufs-serial <s>", "edge-llm id hostkey <type> <base64>".
+IDENTITY_ISSUE = "/etc/issue.d/60-edge-llm-identity.issue"
+IDENTITY_RUN_FILE = "/run/edge-llm/identity.issue"
+IDENTITY_SCRIPT = "/usr/libexec/edge-llm-identity"
+BANNER_IDENTITY_PREFIX = "edge-llm id "
+SOC0_SERIAL = "/sys/devices/soc0/serial_number"
+# the UFS device descriptor's serial (Documentation/ABI/testing/sysfs-driver-ufs): under the UFS host
+# controller's platform device, whatever its driver is called (ufshcd-qcom on Qualcomm)
+UFS_SERIAL_GLOB = "/sys/bus/platform/devices/*/string_descriptors/serial_number"
+# where oe-core's sshd_config puts the host keys sshd_check_keys generates at first boot
+SSH_HOST_KEY_GLOB = "/etc/ssh/ssh_host_*_key.pub"
 LIMITS_FILE = "/etc/security/limits.d/50-edge-llm-memlock.conf"
 SYSTEMD_MEMLOCK_DROPIN = "/etc/systemd/system.conf.d/50-edge-llm-memlock.conf"
 SERVE_UNIT = "edge-llm-serve@.service"      # instance = model name

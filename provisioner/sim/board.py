@@ -310,6 +310,16 @@ class VirtualBoard:
                f"state={self._data.get('state')})"
 
 
+def ufs_serial(board: VirtualBoard) -> str:
+    """The virtual board's UFS device serial string (what its UFS device descriptor would say)."""
+    return f"SIMUFS{board.serial}"
+
+
+#: where the virtual board's UFS host controller shows that string (1d84000 is the UFS controller's
+#: address in the Qualcomm SoCs' device trees; the node is named ufs@ or ufshc@ depending on the SoC)
+UFS_SERIAL_PATH = "/sys/bus/platform/devices/1d84000.ufs/string_descriptors/serial_number"
+
+
 def check_faults(faults: Any) -> None:
     """SimError naming the known faults if any of ``faults`` is unknown."""
     for f in faults:

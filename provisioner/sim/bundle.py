@@ -300,6 +300,14 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
     _write(tree, layout.OS_RELEASE, os_release_text(kas_local_conf(kas_files, manifest.release)))
     _write(tree, "/etc/issue", "Qualcomm Linux 2.0 \\n \\l\n\n")
     _write(tree, layout.ISSUE_SNIPPET, layout.ISSUE_TEXT)
+    # edge-llm-identity (the layer's script; the virtual board emulates what it writes at boot) and
+    # the issue.d link to its output; no host key: the board makes its own at first boot
+    identity = shipped.layer_dir() / "recipes-core" / "edge-llm-identity" / "files" / "edge-llm-identity"
+    _write(tree, layout.IDENTITY_SCRIPT, identity.read_text(encoding="utf-8"), 0o755)
+    link = tree / layout.IDENTITY_ISSUE.lstrip("/")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(layout.IDENTITY_RUN_FILE)
     # production: root's password field is '*' (no password matches; SSH keys still work)
     root_pw = "$6$qli$default" if image.root_login == "debug" else "*"
     _write(tree, "/etc/shadow", f"root:{root_pw}:19000:0:99999:7:::\n", 0o600)

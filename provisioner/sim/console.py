@@ -13,6 +13,8 @@ the board's configured credential.
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 import shlex
 import time
@@ -21,7 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from provisioner import layout
 from provisioner.sim import qcom_scm
-from provisioner.sim.board import VirtualBoard, env_number
+from provisioner.sim.board import UFS_SERIAL_PATH, VirtualBoard, env_number, ufs_serial
 
 KERNEL = "6.18.0-qli"
 REMOTEPROC_CRASH = re.compile(r"^/sys/kernel/debug/remoteproc/remoteproc\d+/crash$")
@@ -112,13 +114,22 @@ def getty_banner(hostname: str, rootfs: Path | None = None) -> str:
     expanded), then ``<hostname> login:``. A board never flashed shows QLI's stock issue text."""
     issue = "Qualcomm Linux 2.0 \\n \\l\n\n"
     if rootfs is not None and (rootfs / "etc/issue").is_file():
-        parts = [rootfs / "etc/issue"] + sorted((rootfs / "etc/issue.d").glob("*.issue"))
+        snippets = sorted((rootfs / "etc/issue.d").glob("*.issue"))
+        parts = [rootfs / "etc/issue"] + [_in_rootfs(rootfs, p) for p in snippets]
         issue = "".join(p.read_text(encoding="utf-8", errors="replace") for p in parts if p.is_file())
         osr = os_release(rootfs)
     else:
         osr = {}
     text = _expand_issue(issue, hostname, osr)
     return "\r\n" + text.replace("\n", "\r\n") + f"{hostname} login: "
+
+
+def _in_rootfs(rootfs: Path, path: Path) -> Path:
+    """``path`` with an absolute symlink followed inside the board's root, as the board sees it."""
+    if path.is_symlink():
+        target = os.readlink(path)
+        return rootfs / target.lstrip("/") if target.startswith("/") else path.parent / target
+    return path
 
 
 def os_release(rootfs: Path) -> dict[str, str]:
@@ -342,6 +353,8 @@ class Shell:
             return b"Snapdragon\n"
         if path == "/sys/devices/soc0/serial_number":
             return f"{int(self.board.serial, 16)}\n".encode()
+        if path == UFS_SERIAL_PATH:
+            return f"{ufs_serial(self.board)}\n".encode()
         if path == layout.DT_COMPATIBLE:
             return b"".join(c.encode() + b"\0" for c in b.dt_compatible)
         if path == layout.DT_MODEL:
@@ -364,9 +377,23 @@ class Shell:
         parts = [p for p in clean.parts[1:] if p not in ("..", ".")]
         return self._rootfs().joinpath(*parts) if parts else self._rootfs()
 
+    def _glob(self, arg: str) -> list[str]:
+        """What the shell makes of a ``*`` in an argument: the matching kernel files or rootfs paths,
+        or the argument itself when nothing matches (as sh leaves an unmatched pattern)."""
+        if "*" not in arg:
+            return [arg]
+        found = [p for p in (UFS_SERIAL_PATH,) if fnmatch.fnmatchcase(p, arg)]
+        parent = PurePosixPath(arg).parent
+        if "*" not in str(parent):
+            base = self._resolve(str(parent))
+            if base.is_dir():
+                found += [str(parent / x.name) for x in sorted(base.iterdir())
+                          if fnmatch.fnmatchcase(x.name, PurePosixPath(arg).name)]
+        return found or [arg]
+
     def _cmd_cat(self, args: list[str]) -> bytes:
         out = b""
-        for a in args:
+        for a in [x for arg in args for x in self._glob(arg)]:
             v = self._virtual(a)
             if v is not None:
                 out += v

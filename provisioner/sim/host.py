@@ -79,7 +79,7 @@ from typing import Any
 from provisioner import catalog, layout
 from provisioner.errors import SimError
 from provisioner.sim import cstandins, ostree_board, ports, qcom_scm, real_litert, runtime, systemctl
-from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root
+from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root, ufs_serial
 
 SSH_HOST = "127.0.0.1"
 SIM_DIR = runtime.SIM_DIR
@@ -191,10 +191,10 @@ def start_host(board: VirtualBoard, *, time_scale: float | None = None,
     port = _pick_port(hd, board)
     apply_faults(board)
     (hd / "facts.json").write_text(json.dumps(_facts(board, time_scale), indent=1), encoding="utf-8")
-    _host_key(hd)
-    _write_sshd_config(hd, key, rootfs)
+    host_key = first_boot_identity(board)
+    _write_sshd_config(hd, key, rootfs, host_key)
     _install_listener(hd)
-    _add_known_host(board.root, port, (hd / "ssh_host_ed25519_key.pub").read_text().split()[:2])
+    _add_known_host(board.root, port, host_key.with_suffix(".pub").read_text().split()[:2])
     if board.has_fault("unreachable"):
         board.update(ssh={"host": SSH_HOST, "port": port})
         return SSH_HOST, port
@@ -374,10 +374,31 @@ def _pick_port(hd: Path, board: VirtualBoard) -> int:
     return port
 
 
-def _host_key(hd: Path) -> None:
-    key = hd / "ssh_host_ed25519_key"
+#: the host key type a QLI image's sshd gets: oe-core 06dd66e6 openssh_10.3p1.bb sets
+#: PACKAGECONFIG ??= "systemd-sshd-socket-mode hostkey-ecdsa", so sshd_config names only the ECDSA key
+SIM_HOST_KEY = "etc/ssh/ssh_host_ecdsa_key"
+
+
+def first_boot_identity(board: VirtualBoard) -> Path:
+    """What a real board does at every boot, simulated: sshd_check_keys generates a host key that
+    does not exist yet (so the first boot after a flash makes a new one; the image ships none), and
+    an image with the edge-llm-identity service gets its console identity lines in /run.
+    Returns the host key's path."""
+    rootfs = board.rootfs_dir
+    key = rootfs / SIM_HOST_KEY
     if not key.is_file():
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "edge-llm-sim-board", "-f", str(key)])
+        key.parent.mkdir(parents=True, exist_ok=True)
+        for p in (key, key.with_suffix(".pub")):
+            p.unlink(missing_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", f"root@{board.serial.lower()}", "-f", str(key)])
+    if (rootfs / layout.IDENTITY_SCRIPT.lstrip("/")).is_file():
+        run_file = rootfs / layout.IDENTITY_RUN_FILE.lstrip("/")
+        run_file.parent.mkdir(parents=True, exist_ok=True)
+        pub = key.with_suffix(".pub").read_text().split()
+        run_file.write_text(f"edge-llm id serial {int(board.serial, 16)}\n"
+                            f"edge-llm id ufs-serial {ufs_serial(board)}\n"
+                            f"edge-llm id hostkey {pub[0]} {pub[1]}\n\n", encoding="utf-8")
+    return key
 
 
 def _install_listener(hd: Path) -> None:
@@ -394,14 +415,14 @@ def _install_listener(hd: Path) -> None:
     os.replace(tmp, dest)
 
 
-def _write_sshd_config(hd: Path, key: Path, rootfs: Path) -> None:
+def _write_sshd_config(hd: Path, key: Path, rootfs: Path, host_key: Path) -> None:
     """The config each per-connection ``sshd -i`` reads (no Port/ListenAddress: the socket listens)."""
     shutil.copyfile(key.with_suffix(".pub"), hd / "authorized_keys")
     image_keys = rootfs / "root/.ssh/authorized_keys"     # keys baked into the image work too, as on hardware
     os.chmod(hd / "authorized_keys", 0o600)
     (hd / "sshd_config").write_text("\n".join([
         "# sshd -i of one edge-llm virtual board, started per connection by its sshd-socket (provisioner.sim.host)",
-        f"HostKey {hd / 'ssh_host_ed25519_key'}",
+        f"HostKey {host_key}",
         f"AuthorizedKeysFile {hd / 'authorized_keys'} {image_keys}",
         "PermitRootLogin prohibit-password",
         "PubkeyAuthentication yes",

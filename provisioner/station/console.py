@@ -26,6 +26,7 @@ import serial
 from provisioner import layout
 from provisioner.contracts import download_mode
 from provisioner.errors import StationError
+from provisioner.station import identity as board_identity
 from provisioner.station.config import Credential
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
@@ -86,6 +87,7 @@ class ConsoleDriver:
         self.prompt: str | None = None
         self.banner: str | None = None        # release id from the last getty banner seen
         self.banner_host: str | None = None   # host name agetty put before "login:"
+        self.banner_identity: dict[str, Any] = {}   # serial / host keys from the banner's identity lines
 
     # -- port handling -------------------------------------------------------------------
     def open(self) -> ConsoleDriver:
@@ -353,14 +355,19 @@ class ConsoleDriver:
 
     # -- board operations ----------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        """What the running board says it is: soc0 machine and id, DT compatible, os-release
-        (BUILD_ID), download_mode, hostname, IPv4 address."""
+        """What the running board says it is: soc0 machine, id and serial, UFS serial, SSH host
+        keys, DT compatible, os-release (BUILD_ID), download_mode, hostname, IPv4 address.
+
+        Serials and keys are validated by :mod:`provisioner.station.identity` (a board's output is
+        untrusted); what fails the check is left out."""
         ident: dict[str, Any] = {"console": self.port}
         ident["machine"] = self.read_file(layout.SOC0_MACHINE)
         soc_id = self.read_file(layout.SOC0_SOC_ID)
         ident["soc_id"] = int(soc_id) if soc_id and soc_id.isdigit() else soc_id
-        sn = self.read_file("/sys/devices/soc0/serial_number")
-        ident["serial"] = f"{int(sn):08X}" if sn and sn.isdigit() else (sn.upper() if sn else None)
+        ident["serial"] = board_identity.soc_serial(self.read_file(layout.SOC0_SERIAL))
+        ident["ufs_serial"] = board_identity.ufs_serial(self.read_file(layout.UFS_SERIAL_GLOB))
+        keys = self.run(f"cat {layout.SSH_HOST_KEY_GLOB}")
+        ident["host_keys"] = [k.as_dict() for k in board_identity.host_keys_from_text(keys.output)] if keys.ok else []
         compat = self.read_file(layout.DT_COMPATIBLE) or ""
         ident["compatible"] = [c.strip() for c in compat.splitlines() if c.strip()]
         osr = self.read_file(layout.OS_RELEASE) or ""
@@ -391,7 +398,7 @@ class ConsoleDriver:
             if self.banner is None:
                 raise
             return ({"console": self.port, "build_id": self.banner, "hostname": self.banner_host,
-                     "source": BANNER_SOURCE}, exc.message)
+                     "source": BANNER_SOURCE, "host_keys": [], **self.banner_identity}, exc.message)
 
     def reboot_edl(self) -> None:
         """``reboot edl`` as root: the board drops off the console and re-enumerates as 05c6:9008."""
@@ -432,6 +439,9 @@ class ConsoleDriver:
         found = BANNER_RE.findall(text)
         if found:
             self.banner = found[-1]
+        ident = board_identity.parse_banner(text)
+        if ident:
+            self.banner_identity = ident
         m = LOGIN_HOST_RE.search(text)
         if m:
             self.banner_host = m.group(1)

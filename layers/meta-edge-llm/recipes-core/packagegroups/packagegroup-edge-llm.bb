@@ -49,6 +49,7 @@ RDEPENDS:${PN} = "\
     ${EDGE_LLM_ANSIBLE_PYTHON} \
     ${EDGE_LLM_BOOT_CHECK} \
     edge-llm-download-mode \
+    edge-llm-identity \
     edge-llm-login \
     edge-llm-memlock \
     edge-llm-serve \

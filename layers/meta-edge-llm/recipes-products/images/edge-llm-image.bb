@@ -57,9 +57,21 @@ python edge_llm_check_opt_empty() {
                  "from /opt with a tmpfiles.d snippet (inherit edge-llm-opt)" % ", ".join(left[:5]))
 }
 
+# Host keys are generated on each board at first boot (sshd_check_keys, oe-core openssh); one baked
+# into the image would be shared by every board flashed with it (lib/edgellm/hostkeys.py says why).
+python edge_llm_check_no_host_keys() {
+    import edgellm.hostkeys as hk
+    found = hk.baked_host_keys(d.getVar("IMAGE_ROOTFS"))
+    if found:
+        bb.fatal("the image ships SSH host keys (%s): every board flashed with it would share them -> remove "
+                 "whatever installs them; sshd_check_keys generates each board's own at first boot"
+                 % ", ".join(found[:4]))
+}
+
+edge_llm_check_no_host_keys[doc] = "Fails an image that ships SSH host keys (each board must make its own)"
 edge_llm_check_opt_empty[doc] = "Fails a sota (OSTree) image that still has files in /opt, which the commit would drop"
 edge_llm_check_fastrpc[doc] = "Fails an image in which cdsprpcd (FastRPC daemon for the cDSP) is not enabled"
 edge_llm_release_json[doc] = "Writes /etc/edge-llm/release.json from EDGE_LLM_RELEASE_JSON"
 ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json"
 # Checks run last, after oe-core's own rootfs post-processing (users, presets) is done.
-IMAGE_PREPROCESS_COMMAND += "edge_llm_check_fastrpc edge_llm_check_opt_empty"
+IMAGE_PREPROCESS_COMMAND += "edge_llm_check_fastrpc edge_llm_check_opt_empty edge_llm_check_no_host_keys"

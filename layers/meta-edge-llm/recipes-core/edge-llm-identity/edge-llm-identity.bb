@@ -1,0 +1,35 @@
+SUMMARY = "Board identity on the console banner: soc0 and UFS serials, SSH host public keys"
+DESCRIPTION = "A oneshot unit, after sshdgenkeys.service and before getty-pre.target, writes the soc0 serial, \
+               the UFS serial and the SSH host public keys generated on the board at first boot to a file in \
+               /run that an issue.d symlink points at, so agetty prints them above every login prompt and a \
+               factory station records them even where root cannot log in. No key is generated or shipped \
+               here: sshd_check_keys (oe-core openssh) creates them on the board."
+SECTION = "base"
+LICENSE = "MIT"
+LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
+
+SRC_URI = "file://edge-llm-identity \
+           file://edge-llm-identity.service.in \
+          "
+
+# provisioner/layout.py IDENTITY_ISSUE and IDENTITY_RUN_FILE
+EDGE_LLM_IDENTITY_ISSUE = "${sysconfdir}/issue.d/60-edge-llm-identity.issue"
+EDGE_LLM_IDENTITY_RUNFILE = "/run/edge-llm/identity.issue"
+
+S = "${UNPACKDIR}"
+
+inherit allarch systemd
+
+SYSTEMD_SERVICE:${PN} = "edge-llm-identity.service"
+SYSTEMD_AUTO_ENABLE:${PN} = "enable"
+
+do_install() {
+    install -d ${D}${libexecdir} ${D}${systemd_system_unitdir} ${D}${sysconfdir}/issue.d
+    install -m 0755 ${S}/edge-llm-identity ${D}${libexecdir}/edge-llm-identity
+    sed -e 's#@LIBEXEC@#${libexecdir}#g' -e 's#@RUNFILE@#${EDGE_LLM_IDENTITY_RUNFILE}#g' \
+        ${S}/edge-llm-identity.service.in > ${D}${systemd_system_unitdir}/edge-llm-identity.service
+    chmod 0644 ${D}${systemd_system_unitdir}/edge-llm-identity.service
+    ln -sf ${EDGE_LLM_IDENTITY_RUNFILE} ${D}${EDGE_LLM_IDENTITY_ISSUE}
+}
+
+FILES:${PN} += "${libexecdir}/edge-llm-identity ${EDGE_LLM_IDENTITY_ISSUE}"
