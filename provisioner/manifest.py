@@ -15,7 +15,7 @@ from typing import Any
 from provisioner import catalog
 from provisioner.contracts import inventory
 from provisioner.contracts.release import MODEL_KINDS, OTA_KINDS, RUNTIMES
-from provisioner.errors import ManifestError
+from provisioner.errors import ManifestError, UserError
 from provisioner.yamlsafe import YamlError, load_yaml
 
 MANIFEST_VERSION = 1
@@ -31,14 +31,16 @@ USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 RESERVED_USERS = frozenset({"root", "daemon", "bin", "sys", "nobody", "sshd", "messagebus", "systemd-network"})
 SSH_KEY_RE = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh.com) [A-Za-z0-9+/=]+")
 
-TOP_KEYS = {"manifest", "release", "board", "qli", "qairt", "runtimes", "models", "image", "build", "verify"}
+TOP_KEYS = {"manifest", "release", "board", "qli", "qairt", "runtimes", "models", "image", "build", "verify",
+            "hostname"}
 MODEL_KEYS = {"name", "kind", "path", "url", "sha256", "size", "qairt", "runtime", "reference", "chat_template"}
 IMAGE_KEYS = {"variant", "memlock", "download_mode", "root_login", "ssh_authorized_keys", "inference_user",
               "extra_packages", "ota"}
 BUILD_KEYS = {"engine", "work_dir", "build_dir", "dl_dir", "sstate_dir", "repo_ref_dir", "sstate_mirrors",
               "hashserve", "hashserve_upstream", "threads", "parallel_make", "mirrors", "ssh_dir",
               "container_image"}
-VERIFY_KEYS = {"prompt", "max_tokens", "min_decode_tok_s", "max_ttft_s", "os", "tolerance"}
+VERIFY_KEYS = {"prompt", "max_tokens", "min_decode_tok_s", "max_ttft_s", "os", "tolerance", "baseline_max_drop"}
+
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class VerifyThresholds:
     max_ttft_s: float | None = None
     os: str = "qli"
     tolerance: float = inventory.DEFAULT_TOLERANCE
+    baseline_max_drop: float = inventory.DEFAULT_BASELINE_MAX_DROP
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ class Manifest:
     image: ImagePolicy = field(default_factory=ImagePolicy)
     build: BuildSettings = field(default_factory=BuildSettings)
     verify: VerifyThresholds = field(default_factory=VerifyThresholds)
+    hostname: str = inventory.DEFAULT_HOSTNAME_RULE     # fleet host name of a board from its serial
     warnings: tuple[Problem, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -305,12 +309,17 @@ def _validate(path: Path, data: dict[str, Any]) -> tuple[Manifest | None, list[P
     image = _image(c, data.get("image") or {})
     build = _build(c, data.get("build") or {}, base)
     verify = _verify(c, data.get("verify") or {})
+    hostname = str(data.get("hostname") or inventory.DEFAULT_HOSTNAME_RULE)
+    try:
+        inventory.check_hostname_rule(hostname)
+    except UserError as exc:
+        c.add("hostname", exc.message, exc.hint or "")
 
     if c.problems or board is None:
         return None, c.problems
     return (
         Manifest(path=path, release=release, board=board, qli=qli, qairt=tuple(qairt), runtimes=tuple(runtimes),
-                 models=tuple(models), image=image, build=build, verify=verify,
+                 models=tuple(models), image=image, build=build, verify=verify, hostname=hostname,
                  warnings=tuple(c.warnings), raw=data),
         [],
     )
@@ -501,6 +510,13 @@ def _verify(c: _Collector, d: Any) -> VerifyThresholds:
                 c.add(f"verify.{key}", f"must be a positive number, got {v!r}", "e.g. 25")
             else:
                 kwargs[key] = float(v)
+    if "baseline_max_drop" in d:
+        v = d["baseline_max_drop"]
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v < 1:
+            c.add("verify.baseline_max_drop", f"must be a fraction between 0 and 1, got {v!r}",
+                  "e.g. 0.1 (a board may run 10 % below its factory baseline)")
+        else:
+            kwargs["baseline_max_drop"] = float(v)
     if "max_tokens" in d:
         if not isinstance(d["max_tokens"], int) or not 1 <= d["max_tokens"] <= 4096:
             c.add("verify.max_tokens", "must be an integer 1..4096", "e.g. 128")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,11 +29,17 @@ import yaml
 
 from provisioner import catalog
 from provisioner.contracts import download_mode
+from provisioner.errors import UserError
 
 SMOKE_PROMPT = "Explain in two sentences what an NPU is."
 SMOKE_MAX_TOKENS = 128
 DEFAULT_TOLERANCE = 0.8
 DEFAULT_SERVE_USER = "llm"
+DEFAULT_HOSTNAME_RULE = "{board}-{serial}"
+#: how far a board may fall below its own factory baseline before `fleet verify` fails it (0.10 = 10 %)
+DEFAULT_BASELINE_MAX_DROP = 0.10
+_HOSTNAME_FIELDS = ("board", "serial")
+_HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")   # one DNS label (RFC 1123)
 
 # Every edge_llm_* variable this product writes or reads, and what it means.
 VARIABLES: dict[str, str] = {
@@ -59,6 +66,28 @@ def group_name(board_id: str) -> str:
     group as ``iq-8275-evk`` (an unknown board is a one-line :class:`UserError`).
     """
     return catalog.board(board_id).id.replace("-", "_")
+
+
+def hostname_for(rule: str | None, board_id: str, serial: str) -> str:
+    """The fleet host name of a board by the release's rule (``{board}`` = the board id without
+    ``-evk``, ``{serial}`` = the serial in lower case); a rule that gives no valid host name is a
+    :class:`UserError`."""
+    rule = rule or DEFAULT_HOSTNAME_RULE
+    check_hostname_rule(rule)
+    return rule.format(board=board_id.removesuffix("-evk"), serial=serial.lower()).lower()
+
+
+def check_hostname_rule(rule: str) -> None:
+    """Refuse a rule that names another field, lacks ``{serial}`` or cannot give a DNS label."""
+    names = re.findall(r"{([^{}]*)}", rule)
+    bad = [n for n in names if n not in _HOSTNAME_FIELDS]
+    if bad or "serial" not in names:
+        raise UserError(f"hostname rule {rule!r} must use {{serial}} and only {{board}} and {{serial}}",
+                        f"e.g. {DEFAULT_HOSTNAME_RULE!r}")
+    sample = rule.format(board="iq-8275", serial="0aa94efd").lower()
+    if not _HOSTNAME_RE.match(sample):
+        raise UserError(f"hostname rule {rule!r} gives {sample!r}, which is not a host name",
+                        "use letters, digits and dashes (at most 63), e.g. '{board}-{serial}'")
 
 
 def model_thresholds(board: catalog.Board, model_id: str, *, os_name: str = "qli",

@@ -40,6 +40,7 @@ from typing import Any
 
 from provisioner import catalog
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts import inventory
 from provisioner.errors import ArtifactError
 
 FORMAT = 1
@@ -144,6 +145,17 @@ class Release:
     @property
     def models(self) -> list[dict[str, Any]]:
         return list(self.data.get("models", []))
+
+    @property
+    def hostname_rule(self) -> str:
+        """The manifest's rule for a board's fleet host name (release.json ``fleet.hostname``)."""
+        return str((self.data.get("fleet") or {}).get("hostname") or inventory.DEFAULT_HOSTNAME_RULE)
+
+    @property
+    def baseline_max_drop(self) -> float:
+        """How far below its factory baseline a board may run (release.json ``fleet.baseline_max_drop``)."""
+        v = (self.data.get("fleet") or {}).get("baseline_max_drop")
+        return float(v) if isinstance(v, int | float) and 0 < v < 1 else inventory.DEFAULT_BASELINE_MAX_DROP
 
     def model_entries(self) -> list[ReleaseModel]:
         """``models`` as typed entries (see :class:`ReleaseModel`)."""

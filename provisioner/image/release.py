@@ -173,6 +173,9 @@ def write_release(
                 p for p in copied if p.name.endswith((".lock.yml", ".lock.yaml"))),
             "build": build,
             "simulated": bool(simulated),
+            # what the station and the fleet need of the manifest beyond models: the host name rule and
+            # how far a board may fall below its factory baseline
+            "fleet": {"hostname": manifest.hostname, "baseline_max_drop": manifest.verify.baseline_max_drop},
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         if machine and machine != manifest.board.kas_machine:

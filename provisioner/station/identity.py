@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner import layout
-from provisioner.errors import UserError
 
 #: a serial as the station stores it: hex or alphanumeric, bounded (soc0 gives 8 hex digits)
 SERIAL_RE = re.compile(r"^[0-9A-Za-z]{4,32}$")
@@ -45,9 +44,6 @@ HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "
                   "ssh-rsa")
 MAX_KEY_BLOB = 2048          # an RSA-8192 public key blob is ~1 KiB; anything bigger is not a host key
 MAX_HOST_KEYS = 4
-DEFAULT_HOSTNAME_RULE = "{board}-{serial}"
-_HOSTNAME_FIELDS = ("board", "serial")
-_HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")   # one DNS label (RFC 1123)
 
 
 @dataclass(frozen=True)
@@ -153,28 +149,6 @@ def recorded_keys(identity: Mapping[str, Any] | None) -> list[HostKey]:
             if hk is not None:
                 out.append(hk)
     return out
-
-
-def hostname(rule: str | None, board_id: str, serial: str) -> str:
-    """The fleet host name of a board by the release's rule (``{board}`` = the board id without
-    ``-evk``, ``{serial}`` = the serial in lower case); a rule that gives no valid host name is a
-    :class:`UserError`."""
-    rule = rule or DEFAULT_HOSTNAME_RULE
-    check_hostname_rule(rule)
-    return rule.format(board=board_id.removesuffix("-evk"), serial=serial.lower()).lower()
-
-
-def check_hostname_rule(rule: str) -> None:
-    """Refuse a rule that names another field, lacks ``{serial}`` or cannot give a DNS label."""
-    names = re.findall(r"{([^{}]*)}", rule)
-    bad = [n for n in names if n not in _HOSTNAME_FIELDS]
-    if bad or "serial" not in names:
-        raise UserError(f"hostname rule {rule!r} must use {{serial}} and only {{board}} and {{serial}}",
-                        f"e.g. {DEFAULT_HOSTNAME_RULE!r}")
-    sample = rule.format(board="iq-8275", serial="0aa94efd").lower()
-    if not _HOSTNAME_RE.match(sample):
-        raise UserError(f"hostname rule {rule!r} gives {sample!r}, which is not a host name",
-                        "use letters, digits and dashes (at most 63), e.g. '{board}-{serial}'")
 
 
 def known_hosts_lines(hosts: Iterable[tuple[str, Iterable[HostKey]]]) -> list[str]:
