@@ -12,9 +12,10 @@ from provisioner.station.bundle import preflight as run_preflight
 from provisioner.station.config import StationConfig, load_config, load_slots
 from provisioner.station.flash import flash_release, scan
 from provisioner.station.history import OUTCOMES, history_reader, read_history
+from provisioner.station.inventory_export import write_inventory
 from provisioner.station.outbox import Central, Outbox, forward_once, forwarding
 from provisioner.station.progress import LiveProgress
-from provisioner.station.records import Records, write_inventory
+from provisioner.station.records import Records
 from provisioner.station.strategy import FlashOptions
 from provisioner.ui import Reporter, print_json, stderr, stdout, table
 
@@ -238,7 +239,7 @@ def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path 
                          as_json: bool) -> None:
     """Ansible inventory of boards that passed, grouped per board type (iq_8275_evk, ...)."""
     from provisioner.contracts.inventory import dump_inventory
-    from provisioner.station.records import build_inventory
+    from provisioner.station.inventory_export import build_inventory
 
     cfg = _config(config, db=db)
     if not cfg.database.is_file():
@@ -255,7 +256,8 @@ def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path 
         print_json(inv)
     elif out:
         n = sum(len(g["hosts"]) for g in inv["all"]["children"].values())
-        stdout.print(f"wrote {out}: {n} board(s) in {len(inv['all']['children'])} group(s)")
+        stdout.print(f"wrote {out}: {n} board(s) in {len(inv['all']['children'])} group(s); their SSH host keys "
+                     f"as recorded on the line in {out.absolute().with_name('known_hosts')}")
     else:
         stdout.print(dump_inventory(inv), markup=False, highlight=False)
 

@@ -56,6 +56,9 @@ VARIABLES: dict[str, str] = {
     "edge_llm_verify_max_tokens": "smoke inference output length",
     "edge_llm_verify_smoke": "run the smoke inference",
     "edge_llm_verify_rehash": "ignore the board's sha256 cache",
+    "edge_llm_host_keys": "SHA-256 fingerprints of the SSH host keys the station recorded on the line",
+    "edge_llm_factory_baseline": "the board's smoke inference at the factory (decode_tok_s, ttft_s, model, "
+                                 "max_drop)",
 }
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import FleetError
+from provisioner.fleet import hostkey
 from provisioner.fleet.inventory import Host, atomic_write
 from provisioner.fleet.runner import EventCollector, FleetRun, HostOutcome
 
@@ -230,7 +231,12 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
     deploys = [p for p in outcome.payloads if p.get("kind") in ("deploy", "rollback", "launch")]
     if deploys:
         row.details["steps"] = deploys
-    if outcome.status == "unreachable":
+    key_mismatch = hostkey.mismatch_reason(outcome.msg, hv.get("edge_llm_host_keys")) \
+        if outcome.status == "unreachable" else None
+    if key_mismatch:
+        row.verdict = "fail"          # ssh reached a board and refused it: that is a verdict, not an outage
+        row.reason = key_mismatch
+    elif outcome.status == "unreachable":
         row.verdict = "unreachable"
         row.reason = _short(outcome.msg)
     elif outcome.status == "failed":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner.contracts import inventory
 from provisioner.errors import StationError, UserError
 from provisioner.process import start_id
 from provisioner.station import edl
@@ -321,3 +322,8 @@ class BoardStrategy:
         if problems:
             raise StationError(f"board {self.target.serial} booted the wrong thing: {'; '.join(problems)}",
                                f"see {self.console_log}")
+        # the board's fleet name by the release's rule, recorded with the identity it was read with
+        ident["fleet_hostname"] = inventory.hostname_for(pf.release.hostname_rule, pf.board.id, self.target.serial)
+        if not ident.get("host_keys"):
+            self.emit("boot", "progress", warning=f"board {self.target.serial} showed no SSH host key on its console: "
+                      "the fleet cannot pin it (is edge-llm-identity in the image?)")

@@ -11,7 +11,8 @@ from provisioner.contracts import inventory
 from provisioner.contracts.release import load_release
 from provisioner.fleet.inventory import inventory_from_records
 from provisioner.image.release import write_release
-from provisioner.station.records import PASSED, Records, build_inventory
+from provisioner.station.inventory_export import build_inventory
+from provisioner.station.records import PASSED, Records
 from tests.image.test_release import make_bundle
 from tests.image.test_release import manifest as manifest  # noqa: F401 (fixture)
 

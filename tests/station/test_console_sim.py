@@ -12,7 +12,8 @@ from provisioner.sim import control
 from provisioner.station.config import Credential
 from provisioner.station.console import ConsoleDriver
 from provisioner.station.flash import FlashOptions, flash_release, scan
-from provisioner.station.records import Records, build_inventory
+from provisioner.station.inventory_export import build_inventory
+from provisioner.station.records import Records
 
 from .test_flash import _assert_flashed
 

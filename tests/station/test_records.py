@@ -15,7 +15,8 @@ import yaml
 from provisioner.cli import main
 from provisioner.contracts.inventory import group_name
 from provisioner.errors import StationError
-from provisioner.station.records import INTERRUPTED, PASSED, Records, build_inventory
+from provisioner.station.inventory_export import build_inventory
+from provisioner.station.records import INTERRUPTED, PASSED, Records
 from tests.station.conftest import qdl_pids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +119,8 @@ def test_inventory_groups_passed_boards_per_board_type(tmp_path):
         inv = build_inventory(rec, {"0AA94E02": "10.9.9.9:22"})
     groups = inv["all"]["children"]
     assert list(groups) == [group_name("iq-8275-evk")] == ["iq_8275_evk"]
-    assert groups["iq_8275_evk"]["hosts"] == {"h0": {
+    # named by the release's host name rule (the default here: no rule was recorded), not by what the board says
+    assert groups["iq_8275_evk"]["hosts"] == {"iq-8275-0aa94e00": {
         "ansible_host": "10.0.0.5", "ansible_user": "root", "edge_llm_board": "iq-8275-evk",
         "edge_llm_expected_build_id": "r1", "edge_llm_serial": "0AA94E00", "edge_llm_slot": "slot 0"}}
 
