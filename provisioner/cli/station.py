@@ -1,5 +1,5 @@
-"""`provisioner station`: scan, preflight, flash, history, forward, export-inventory (thin; work is in
-provisioner.station)."""
+"""`provisioner station`: scan, preflight, flash, history, forward, export-inventory, export-lava, dashboard (thin;
+work is in provisioner.station)."""
 
 from __future__ import annotations
 
@@ -311,3 +311,22 @@ def _dashboard_token(token_file: Path | None) -> str | None:
         raise StationError(f"the dashboard token in {source} is shorter than {MIN_TOKEN_CHARS} characters "
                            "or not printable", "use e.g. `openssl rand -hex 16`")
     return token or None
+
+
+@command.command("export-lava")
+@click.argument("release", type=click.Path(path_type=Path))
+@click.option("--url-base", required=True, help="Where LAVA workers download release tarballs "
+              "(<url-base>/<release>/<image>-<machine>.qcomflash.tar.gz).")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("lava"), show_default=True,
+              help="Folder for the job files (one per board type of the release).")
+@_json_opt
+def export_lava_cmd(release: Path, url_base: str, out: Path, as_json: bool) -> None:
+    """LAVA job definitions (deploy to: qdl, boot qdl + minimal, banner test) for a release."""
+    from provisioner.station.lava import export
+
+    paths = export(release, url_base, out)
+    if as_json:
+        print_json({"jobs": [str(p) for p in paths]})
+    else:
+        for p in paths:
+            stdout.print(f"wrote {p}")
