@@ -360,7 +360,8 @@ def test_image_features_of_the_real_qli_stack_follow_the_login_policy(variant, s
         assert {"allow-root-login", "allow-empty-password", "empty-root-password"} <= features
         assert "ssh_allow_root_login" in postprocess and "usermod -p '*'" not in d.getVar("EXTRA_USERS_PARAMS")
     assert d.getVar("IMAGE_PREPROCESS_COMMAND").split() == ["edge_llm_check_login", "edge_llm_check_fastrpc",
-                                                                  "edge_llm_check_opt_empty"]
+                                                                  "edge_llm_check_opt_empty",
+                                                                  "edge_llm_check_no_host_keys"]
 
 
 @pytest.mark.parametrize("variant", ["production", "debug"])
