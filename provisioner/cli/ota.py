@@ -22,7 +22,8 @@ def command() -> None:
               help="Commit, ref or published release id a board group runs now: a static delta from it "
                    "(repeatable; default: what the branch named before this publish).")
 @click.option("--gpg-key-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Sign commit and summary with the GPG secret key in this file (never on argv or in logs).")
+              help="Sign commit and summary with the GPG secret key in this file (never on argv or in logs); "
+                   "for other consumers: QLI boards check no signature.")
 @click.option("--ed25519-key-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Sign with an ed25519 key file (only with an ostree whose `sign` has --keys-file).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

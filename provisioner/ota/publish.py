@@ -15,6 +15,16 @@ Signing: a GPG secret key comes as a FILE, imported into a throw-away GnuPG home
 afterwards); only the key's public fingerprint reaches ostree's argv. ostree 2022.7 (Debian 12) takes
 ed25519 secret keys only as a command-line KEY-ID (``ostree sign COMMIT KEY-ID``), so an ed25519 key
 file is used only by an ostree whose ``sign`` and ``summary`` list ``--keys-file``, and refused otherwise.
+
+What a board checks: no signature. Its ostree is meta-oe's ``ostree_2026.1.bb`` (meta-openembedded @
+9af4488d, the pin of meta-qcom's ``ci/base.lock.yml``): target ``PACKAGECONFIG`` lines 44-51 hold glib,
+gpgme and curl (and systemd, libmount), never ``ed25519-libsodium``/``ed25519-openssl`` (lines 74-75), and
+meta-updater's ``recipes-extended/ostree/ostree_2026.1.bbappend`` (f0e1ccaf) line 5 removes gpgme. ostree
+v2026.1 ``configure.ac`` line 493 builds ed25519 only with openssl or libsodium (``glib`` is
+``--with-crypto=glib``), so that ostree verifies neither GPG nor ed25519 signatures. A board checks that
+every object it pulls hashes to the commit id ``fleet update-os`` names (ostree refuses a "Corrupted"
+object, src/libostree/ostree-core.c line 1137), so integrity rests on release.json from the build host.
+Publish says so in its output, signed or not (:data:`BOARD_SIGNATURE_NOTE`).
 """
 
 from __future__ import annotations
@@ -37,6 +47,13 @@ from provisioner.ota import INDEX_FILE, RELEASE_REF_PREFIX, ostree
 from provisioner.ota.commit import extract_repo, release_ota
 from provisioner.ota.secrets import find_secrets
 
+#: The signature types the board's ostree verifies, as QLI 2.0 builds it (module docstring): none.
+BOARD_VERIFIES: tuple[str, ...] = ()
+BOARD_SIGNATURE_NOTE = ("boards do not check signatures: QLI's ostree is built without gpgme (meta-updater's "
+                        "ostree bbappend removes it) and without ed25519 (meta-oe's ostree recipe enables neither "
+                        "libsodium nor openssl); a board checks only that what it pulls matches the commit id "
+                        "fleet update-os gives it")
+
 
 @dataclass
 class PublishResult:
@@ -52,7 +69,8 @@ class PublishResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"repo": str(self.repo), "release": self.release, "commit": self.commit, "branch": self.branch,
-                "previous": self.previous, "deltas_from": self.deltas, "signed": self.signed}
+                "previous": self.previous, "deltas_from": self.deltas, "signed": self.signed,
+                "boards_verify": self.signed in BOARD_VERIFIES, "note": BOARD_SIGNATURE_NOTE}
 
     def lines(self) -> list[str]:
         out = [f"published {self.release}: {self.branch} -> {self.commit[:12]} in {self.repo}"]
@@ -60,6 +78,8 @@ class PublishResult:
         if not self.deltas:
             out.append("  no static delta (nothing published before on this branch and no --from)")
         out.append(f"  summary updated{', signed (' + self.signed + ')' if self.signed else ''}")
+        if self.signed not in BOARD_VERIFIES:
+            out.append(f"  {BOARD_SIGNATURE_NOTE}")
         return out
 
 
