@@ -250,7 +250,10 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
             row.reason = f"{outcome.failed_task}: {_short(outcome.msg)}"
     else:
         row.verdict = "pass"
-        row.reason = ""
+        # launch on an OSTree board keeps the image's service where it differs: say so on the passing row
+        kept = (launch or {}).get("kept_image") or []
+        row.reason = _short(f"kept the image's {', '.join(map(str, kept))} (OSTree /usr is read-only; a newer "
+                            "service comes with fleet update-os)") if kept else ""
     return row
 
 

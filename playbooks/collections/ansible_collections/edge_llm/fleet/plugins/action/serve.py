@@ -24,7 +24,7 @@ from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import
 TOKEN_CHARS = ["ascii_letters", "digits"]
 TOKEN_LENGTH = 43
 #: result keys passed on from the board module (nothing else: no invocation, no file contents)
-KEEP = ("changed", "failed", "msg", "edge_llm", "skipped", "unreachable")
+KEEP = ("changed", "failed", "msg", "edge_llm", "skipped", "unreachable", "warnings")
 
 
 class ActionModule(BoardAction):

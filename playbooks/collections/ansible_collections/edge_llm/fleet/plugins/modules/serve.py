@@ -23,6 +23,9 @@ description:
     inventory's; a difference (fleet deploy moved the model to another QAIRT) fails with one line and writes,
     restarts and starts nothing.
   - In check mode it reports what it would write and which instances it would start or restart, and touches nothing.
+  - On a board booted from an OSTree deployment (C(/run/ostree-booted) exists) it never writes under C(/usr): that is
+    the booted commit, mounted read-only. A file there that differs (the C(edge-llm-serve) program) is kept as the
+    image has it, named in RV(edge_llm.kept_image) and in the message; a newer one comes with an OS update.
   - Normally called through the action plugin of the same name, which builds every option on the controller.
 options:
   dirs:
@@ -112,6 +115,18 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edge_llm.fleet.plugins.module_utils import serve_client  # noqa: E402
 
 RUNNING = ("active", "activating", "reloading")   # as ansible.builtin.systemd_service counts "running"
+#: created by ostree-prepare-root on every OSTree-booted system (ostree v2026.1 src/libostree/ostree-sysroot.h line 33,
+#: OSTREE_PATH_BOOTED: "Filesystem path that is created on an ostree-booted system")
+OSTREE_BOOTED = "/run/ostree-booted"
+KEPT_WHY = ("kept the image's {paths}: on an OSTree board /usr is the booted commit, read-only; "
+            "a newer edge-llm-serve reaches this board only through an OS update (fleet update-os)")
+
+
+def in_booted_commit(path):
+    """Whether ``path`` is part of the booted OSTree commit: under /usr once links are followed (the
+    commit's /usr/local is a link into /var, meta-updater image_types_ostree.bbclass @ f0e1ccaf line 126),
+    on a board where ostree-prepare-root mounted /usr read-only (ostree-prepare-root.c lines 320-326)."""
+    return os.path.exists(OSTREE_BOOTED) and os.path.realpath(path).startswith("/usr/")
 
 
 def ids(entry):
@@ -245,7 +260,7 @@ def main():
                          invocation={"module_args": {"instances": units}})
 
     changed_dirs = [str(d["path"]) for d in p["dirs"] if ensure_dir(d, check)]
-    written, reload, touched = [], False, set()
+    written, kept, reload, touched = [], [], False, set()
     entries = [(f, str(f["content"]).encode("utf-8")) for f in p["files"]]
     tf = p["token_file"]
     if tf:
@@ -255,6 +270,9 @@ def main():
         path, mode = str(entry["path"]), int(str(entry.get("mode") or "0644"), 8)
         uid, gid = ids(entry)
         if content is not None and not differs(path, content, mode, uid, gid):
+            continue
+        if in_booted_commit(path):
+            kept.append(path)
             continue
         if not check:
             write_atomic(path, content, mode, uid, gid)
@@ -299,7 +317,10 @@ def main():
     changed = bool(changed_dirs or written or restart or start or toggle or moved or open_sockets)
     payload = {"kind": "launch", "endpoints": {}, "auth": "bearer", "check_mode": check,
                "dirs": changed_dirs, "written": written, "daemon_reload": reload, "restarted": restart,
-               "started": start, "sockets": moved + open_sockets, want: toggle}
+               "started": start, "sockets": moved + open_sockets, want: toggle, "kept_image": kept}
+    note = KEPT_WHY.format(paths=", ".join(kept)) if kept else ""
+    if note:
+        module.warn(note)
     # what comes back is only this summary: file contents stay out of the result
     invocation = {"module_args": {"instances": units, "files": [str(f["path"]) for f in p["files"]]}}
     if check:
@@ -314,8 +335,8 @@ def main():
             problems.append(f"{inst['model']}: GET {inst['health_url']} did not answer 200 after "
                             f"{p['health_retries']} attempts ({last})")
     if problems:
-        module.fail_json(msg="health: " + "; ".join(problems), changed=changed, edge_llm=payload,
-                         invocation=invocation)
+        module.fail_json(msg="health: " + "; ".join(problems + ([note] if note else [])), changed=changed,
+                         edge_llm=payload, invocation=invocation)
     if not p["token"]:
         module.fail_json(msg="no API token was given (the controller generates it at launch)", changed=changed,
                          edge_llm=payload, invocation=invocation)
@@ -325,7 +346,7 @@ def main():
         module.fail_json(msg="; ".join(problems), changed=changed, edge_llm=payload, invocation=invocation)
     wrote = f", wrote {len(written)} file(s)" if written else ""
     module.exit_json(changed=changed, edge_llm=payload, invocation=invocation,
-                     msg=f"{len(instances)} instance(s) healthy{wrote}")
+                     msg=f"{len(instances)} instance(s) healthy{wrote}" + (f"; {note}" if note else ""))
 
 
 if __name__ == "__main__":
