@@ -54,7 +54,7 @@ def test_launch_keeps_the_images_service_on_a_read_only_usr(tmp_path):
         row = json.loads(report.read_text())["boards"][0]
         assert row["verdict"] == "pass", row
         assert f"kept the image's {layout.SERVE_BIN}" in row["reason"] and "update-os" in row["reason"]
-        assert f"kept the image's {layout.SERVE_BIN}" in proc.stdout
+        assert "kept the image's" in proc.stdout                                # the table says so too
         launch = next(s for s in row["details"]["steps"] if s.get("kind") == "launch")
         assert launch["kept_image"] == [layout.SERVE_BIN] and layout.SERVE_BIN not in launch["written"]
         on_board = ssh("sha256sum", layout.SERVE_BIN).stdout.split()[0].decode()
