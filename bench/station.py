@@ -2,7 +2,11 @@
 
 Prints wall time per run, parallel efficiency (goal: 8 boards within 1.15x the time of 1) and
 the station's own CPU time per board (the qdl stand-ins' CPU is the "device side" and reported
-separately). Usage: python3 bench/station.py [--rate-kbps 4096] [--counts 1,4,8]
+separately). Then the dashboard's cost (bench/station_dashboard.py): station CPU per board with
+and without `station dashboard` open in Debian's chromium (goal: under 5% more), and the time
+from a board event to the tile showing it (goal: under 250 ms).
+Usage: python3 bench/station.py [--rate-kbps 4096] [--counts 1,4,8] [--dashboard-rounds 3]
+       [--no-dashboard] [--screenshots DIR]
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate-kbps", type=int, default=4096, help="qdl stand-in transfer rate per board")
     ap.add_argument("--counts", default="1,4,8")
+    ap.add_argument("--dashboard-rounds", type=int, default=3, help="flashes of 8 boards with and without")
+    ap.add_argument("--no-dashboard", action="store_true", help="skip the dashboard's figures")
+    ap.add_argument("--screenshots", type=Path, help="also save PNGs of the dashboard (a failed board) here")
     args = ap.parse_args()
     counts = [int(x) for x in args.counts.split(",")]
     os.environ["PROVISIONER_SIM_QDL_RATE_KBPS"] = str(args.rate_kbps)
@@ -77,6 +84,10 @@ def main() -> int:
             print(f"parallel efficiency: {n} boards took {ratio:.3f}x the time of 1 "
                   f"(goal <= 1.15x: {'met' if ratio <= 1.15 else 'NOT met'}); "
                   f"efficiency {1 / ratio * 100:.0f}%")
+        if not args.no_dashboard:
+            from bench.station_dashboard import dashboard_cost
+
+            dashboard_cost(release, work, rounds=args.dashboard_rounds, screenshots=args.screenshots)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -54,6 +54,7 @@ STATIC = Path(__file__).with_name("dashboard_static")
 #: the most of a qdl log the page shows (its end: where a failure is)
 LOG_TAIL_BYTES = 256 * 1024
 POLL_S = 0.5          # records and sysfs are looked at this often
+COALESCE_S = 0.05    # the least time between two writes to one page (keeps the browser's work bounded)
 KEEPALIVE_S = 15.0    # an idle event stream gets a comment line this often (proxies, dead peers)
 COOKIE = "edge_llm_dashboard"
 MIN_TOKEN_CHARS = 16
@@ -183,6 +184,7 @@ class Dashboard:
                 tiles = list(pending.values())
                 pending.clear()
                 await resp.write(b"".join(_sse("tile", t) for t in tiles))
+                await asyncio.sleep(COALESCE_S)   # a burst of qdl progress becomes one update per tile
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:

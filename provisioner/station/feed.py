@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from provisioner.steps import StepEvent
 
 #: the largest datagram sent; an event whose detail is larger is sent without its detail
 MAX_DATAGRAM = 16384
+#: the least time between two of one board's progress datagrams for the same partition
+PROGRESS_EVERY_S = 0.5
 
 
 def feed_dir(database: Path | str) -> Path:
@@ -55,6 +58,7 @@ class FeedSender:
         self._sock.setblocking(False)
         self._mtime: int | None = None
         self._targets: list[str] = []
+        self._progress_sent: dict[str, tuple[float, Any]] = {}
 
     def _listeners(self) -> list[str]:
         """The sockets in the feed folder, listed again only when the folder changed."""
@@ -78,6 +82,13 @@ class FeedSender:
         targets = self._listeners()
         if not targets:
             return
+        if ev.kind == "progress" and ev.step == "flash" and "partition" in ev.detail:
+            # qdl's progress: every new partition goes, repeats for the same one a few times a second
+            now, where = time.monotonic(), (ev.detail.get("partition"), ev.detail.get("done"))
+            last = self._progress_sent.get(ev.serial or "")
+            if last is not None and last[1] == where and now - last[0] < PROGRESS_EVERY_S:
+                return
+            self._progress_sent[ev.serial or ""] = (now, where)
         msg = ev.as_dict()
         msg["attempt"] = self.attempts.get(ev.serial or "")
         data = json.dumps(msg, default=str).encode()

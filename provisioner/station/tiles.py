@@ -32,6 +32,13 @@ _STEP_PHASE = {"flash": "flashing", "boot": "booting", "verify": "boot-check"}
 REASON_MAX = 200
 
 
+def reason(text: Any) -> str | None:
+    """A failure as a tile says it: the first line, without the hint a UserError appends after
+    `` -> `` (provisioner/errors.py, ``UserError.__str__``): the history keeps the whole message."""
+    line = one_line(text, 10 * REASON_MAX)
+    return one_line(line.split(" -> ", 1)[0]) if line else line
+
+
 def one_line(text: Any, limit: int = REASON_MAX) -> str | None:
     """The first line of a message, bounded (board and qdl text is untrusted and may be long)."""
     if text is None:
@@ -114,7 +121,7 @@ class SlotBoard:
             result = detail.get("result")
             if result in FINAL:
                 tile.phase = result
-                tile.reason = one_line(detail.get("error"))
+                tile.reason = reason(detail.get("error"))
                 tile.partition = None
         elif kind == "state":
             phase = _STATE_PHASE.get(detail.get("state"))
@@ -123,9 +130,9 @@ class SlotBoard:
         elif kind == "start" and step in _STEP_PHASE:
             tile._advance(_STEP_PHASE[step])
         elif kind == "error":
-            tile.reason = one_line(detail.get("error"))
+            tile.reason = reason(detail.get("error"))
         elif kind == "retry":
-            tile.reason = one_line(f"retrying after: {detail.get('error')}")
+            tile.reason = reason(f"retrying after: {detail.get('error')}")
         elif kind == "progress" and step == "boot" and detail.get("check"):
             tile._advance("boot-check")
         elif kind == "progress" and step == "flash" and tile.phase not in FINAL:
@@ -163,7 +170,7 @@ class SlotBoard:
             elif r["id"] < tile.attempt:
                 continue
             if r["result"] in FINAL:
-                tile.phase, tile.reason, tile.partition = r["result"], one_line(r.get("error")), None
+                tile.phase, tile.reason, tile.partition = r["result"], reason(r.get("error")), None
             elif dead and r["id"] in dead:
                 tile.phase, tile.reason = "interrupted", "the station process ended during this attempt"
             else:

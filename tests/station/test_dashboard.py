@@ -48,7 +48,7 @@ def test_a_failed_tile_keeps_one_line_of_reason_until_another_board_is_plugged_i
     b = SlotBoard(["slot 1"])
     b.apply_event(ev("S1", "attempt", "start", release="r1"))
     b.apply_event(ev("S1", "attempt", "stop", result="failed",
-                     error="board S1: qdl: firehose NAK\nline two" + "x" * 500))
+                     error="board S1: qdl: firehose NAK -> see the log\nline two" + "x" * 500))
     t = b.tiles["slot 1"]
     assert t.phase == "failed" and t.reason == "board S1: qdl: firehose NAK" and "\n" not in t.reason
     assert b.apply_scan({"slot 1": "S1"}) == ["slot 1"] and b.tiles["slot 1"].phase == "failed"  # same board, back
