@@ -9,18 +9,17 @@ folder as ``build`` does, and goes into the served repository through ``provisio
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from provisioner.rehearse_ota import image_tree as rehearse_image_tree
 from provisioner.rehearse_ota import keep_board_etc
 from provisioner.sim import host, ostree_board
 from tests.fleet.simfleet import SimFleet
 
 BRANCH = "iq-8275-evk"           # OSTREE_BRANCHNAME ?= SOTA_HARDWARE_ID ??= MACHINE (meta-updater sota.bbclass)
 IMAGE = "qcom-multimedia-image"
-KERNEL_VERSION = "6.6.0-qli"
 SIM_VARS = {"edge_llm_update_os_sysroot": "/run/edge-llm-sim/sysroot",
             "edge_llm_update_os_reboot_command": "/run/edge-llm-sim/reboot",
             "edge_llm_update_os_reboot_timeout": 40}
@@ -31,26 +30,10 @@ def ostree(*args: str) -> str:
 
 
 def image_tree(rootfs: Path, work: Path, build_id: str, extra: dict[str, bytes] | None = None) -> Path:
-    """The image rootfs a sota build would commit: the board's rootfs with this BUILD_ID, the kernel
-    where meta-updater's ostree-kernel package puts it (``${nonarch_base_libdir}/modules/*/vmlinuz``,
-    recipes-sota/ostree-kernel-initramfs @ f0e1ccaf) and ``extra`` files. ``/opt`` is left out: the
-    build drops it from the commit anyway ("Data in 'opt' directory is not preserved by OSTree")."""
-    tree = work / f"image-{build_id}"
-    shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(rootfs, tree, symlinks=True, ignore=lambda d, names: ["opt"] if Path(d) == rootfs else [])
-    osr = tree / "etc/os-release"
-    if osr.is_symlink():
-        osr.unlink()
-    text = osr.read_text() if osr.is_file() else "ID=qcom-distro\n"
-    lines = [ln for ln in text.splitlines() if not ln.startswith("BUILD_ID=")] + [f'BUILD_ID="{build_id}"']
-    osr.write_text("\n".join(lines) + "\n")
-    kdir = tree / "usr/lib/modules" / KERNEL_VERSION
-    kdir.mkdir(parents=True, exist_ok=True)
-    (kdir / "vmlinuz").write_bytes(b"synthetic kernel\n" * 64)
-    for rel, data in (extra or {}).items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_bytes(data)
-    return tree
+    """The image rootfs a sota build would commit from the board's rootfs, with this BUILD_ID and ``extra``
+    files: :func:`provisioner.rehearse_ota.image_tree` (the kernel where meta-updater puts it, no /opt, and
+    nothing that is the board's own: the host key it made at first boot, a token launch wrote)."""
+    return rehearse_image_tree(rootfs, work / f"image-{build_id}", build_id, extra or {})
 
 
 def build_release(base: Path, build_id: str, tree: Path) -> tuple[Path, str]:
