@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provisioner.errors import StationError
 from provisioner.steps import StepEvent
 
 #: the largest datagram sent; an event whose detail is larger is sent without its detail
@@ -112,16 +113,24 @@ class FeedReceiver:
 
     def __init__(self, database: Path | str) -> None:
         self.dir = feed_dir(database)
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.stat(self.dir)
+        try:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.stat(self.dir)
+        except OSError as exc:
+            raise StationError(f"cannot create the live feed folder {self.dir}: {exc.strerror}",
+                               "run the dashboard as the station's user, with the station's database") from None
         if not _private(st):
-            from provisioner.errors import StationError
             raise StationError(f"live feed folder {self.dir} is not private to this user (owner uid {st.st_uid}, "
                                f"mode {stat.S_IMODE(st.st_mode):o})",
                                "remove it (the dashboard recreates it) or run the dashboard as the station's user")
         self.path = self.dir / f"{os.getpid()}-{os.urandom(4).hex()}.sock"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(self.path))
+        try:
+            self.sock.bind(str(self.path))
+        except OSError as exc:
+            self.sock.close()
+            raise StationError(f"cannot listen in the live feed folder {self.dir}: {exc.strerror}",
+                               "check the folder's owner and free space") from None
         self.sock.setblocking(False)
         with contextlib.suppress(OSError):   # room for bursts of progress while the loop is busy
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)

@@ -179,3 +179,23 @@ def test_cli_port_in_use_is_one_line(tmp_path, capsys):
         s.close()
     err = capsys.readouterr().err
     assert "cannot serve the dashboard on 127.0.0.1" in err and "Traceback" not in err
+
+
+def test_cli_a_feed_folder_others_may_write_or_a_read_only_place_is_one_line(tmp_path, capsys):
+    import os
+
+    (tmp_path / "s.db.feed").mkdir(mode=0o777)
+    os.chmod(tmp_path / "s.db.feed", 0o777)
+    assert main(["station", "dashboard", "--db", str(tmp_path / "s.db"), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "is not private to this user" in err and "Traceback" not in err
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "s.db").write_text("")
+    os.chmod(tmp_path / "ro", 0o500)
+    try:
+        if os.access(tmp_path / "ro", os.W_OK):
+            return          # root writes anywhere: the folder check above is what applies
+        assert main(["station", "dashboard", "--db", str(tmp_path / "ro" / "s.db"), "--port", "0"]) == 2
+        assert "cannot create the live feed folder" in capsys.readouterr().err
+    finally:
+        os.chmod(tmp_path / "ro", 0o700)
