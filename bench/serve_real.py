@@ -52,12 +52,19 @@ PROMPT_TOKENS = 19
 
 def _probe(model: str, prompt_tokens: int, decode_tokens: int) -> None:
     """Child mode, run with each runtime's interpreter: Google's own Benchmark of that litert-lm-api,
-    once per line read from stdin, one JSON line [TTFT s, decode tok/s] out each time."""
+    once per line read from stdin (a number there: decode that many tokens instead), one JSON line
+    [TTFT s, decode tok/s, CPU s of the run] out each time."""
+    import resource
+
     import litert_lm
-    for _ in sys.stdin:
+    for line in sys.stdin:
+        before = resource.getrusage(resource.RUSAGE_SELF)
         info = litert_lm.Benchmark(model, litert_lm.Backend.CPU(), prefill_tokens=prompt_tokens,
-                                   decode_tokens=decode_tokens, cache_dir=":nocache").run()
-        print(json.dumps([info.time_to_first_token_in_second, info.last_decode_tokens_per_second]), flush=True)
+                                   decode_tokens=int(line) if line.strip() else decode_tokens,
+                                   cache_dir=":nocache").run()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        print(json.dumps([info.time_to_first_token_in_second, info.last_decode_tokens_per_second, cpu]), flush=True)
 
 
 if len(sys.argv) > 1 and sys.argv[1] == "--probe":      # before any project import: the other venv has none
@@ -94,15 +101,15 @@ class RuntimeAlone:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True, cwd=tempfile.gettempdir())
 
-    def run(self) -> tuple[float, float]:
-        """(TTFT s, decode tok/s) of one benchmark run."""
-        self.proc.stdin.write("\n")
+    def run(self, decode_tokens: int | None = None) -> tuple[float, float, float]:
+        """(TTFT s, decode tok/s, CPU s) of one benchmark run."""
+        self.proc.stdin.write(f"{decode_tokens or ''}\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise SystemExit(f"the runtime benchmark {self.proc.args[0]} failed (exit {self.proc.wait()})")
-        ttft, rate = json.loads(line)
-        return ttft, rate
+        ttft, rate, cpu = json.loads(line)
+        return ttft, rate, cpu
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -214,7 +221,51 @@ def stream_openai(client, params: dict, n: int) -> tuple[float, float, int]:
     return first - t0, (last - first) / max(count - 1, 1), count
 
 
-def measure(url: str, params: dict, n: int, requests: int, runtime: RuntimeAlone) -> dict[str, float]:
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and every process below it (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, (0, 0.0))[1]
+        todo += [c for c, (ppid, _) in stats.items() if ppid == p]
+    return total
+
+
+def cpu_per_token(pid: int, port: int, params: dict, n: int, requests: int,
+                  runtime: RuntimeAlone) -> tuple[float, float]:
+    """Marginal CPU per generated token: (server process tree, runtime benchmark alone).
+
+    Requests of n and of n/4 tokens: the difference of their CPU over the difference of their
+    tokens cancels whatever each request costs once (request parsing, engine set-up). CPU time,
+    unlike the wall clock, does not grow when other work shares the machine.
+    """
+    short = max(1, n // 4)
+    rounds = max(4, requests)
+
+    def server(tokens: int) -> float:
+        before = tree_cpu_s(pid)
+        for _ in range(rounds):
+            stream_raw(port, params, tokens)
+        return (tree_cpu_s(pid) - before) / rounds
+
+    def alone(tokens: int) -> float:
+        return statistics.median(runtime.run(tokens)[2] for _ in range(rounds))
+    server_slope = (server(n) - server(short)) / (n - short)
+    runtime_slope = (alone(n) - alone(short)) / (n - short)
+    return server_slope, runtime_slope
+
+
+def measure(url: str, params: dict, n: int, requests: int, runtime: RuntimeAlone,
+            pid: int) -> dict[str, float]:
     """Each figure paired with a runtime benchmark run taken right before it (the load here drifts)."""
     from openai import OpenAI
     port = int(url.rsplit(":", 1)[1])
@@ -223,7 +274,7 @@ def measure(url: str, params: dict, n: int, requests: int, runtime: RuntimeAlone
     ttft_over, token_over, decode_ratio, rt_ttft, rt_rate = [], [], [], [], []
     ones, fours, whole4, asked4, whole1 = [], [], 0, 0, 0
     for _ in range(requests):
-        r_ttft, r_rate = runtime.run()
+        r_ttft, r_rate, _ = runtime.run()
         time.sleep(0.2)            # the benchmark's threads spin a while after it ends; let them settle
         ttft, token, count = stream_raw(port, params, n)
         rt_ttft.append(r_ttft)
@@ -249,13 +300,15 @@ def measure(url: str, params: dict, n: int, requests: int, runtime: RuntimeAlone
         fours.append(sum(results) / (time.perf_counter() - t0))
         whole4 += sum(1 for c in results if c == n)
         asked4 += 4
+    server_cpu, runtime_cpu = cpu_per_token(pid, port, params, n, requests, runtime)
     client = OpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0, timeout=120)
     via_openai = [stream_openai(client, params, n) for _ in range(max(3, requests // 2))]
     med = statistics.median
     return {"ttft_over_s": med(ttft_over), "token_over_s": med(token_over), "decode_ratio": med(decode_ratio),
             "rt_ttft_s": med(rt_ttft), "rt_rate": med(rt_rate), "whole_1": whole1,
             "tok_s_1": med(ones), "tok_s_4": med(fours), "whole_4": whole4, "asked_4": asked4,
-            "openai_ttft_s": med(r[0] for r in via_openai), "openai_token_s": med(r[1] for r in via_openai)}
+            "openai_ttft_s": med(r[0] for r in via_openai), "openai_token_s": med(r[1] for r in via_openai),
+            "server_cpu_token_s": server_cpu, "runtime_cpu_token_s": runtime_cpu}
 
 
 def report(name: str, m: dict[str, float], requests: int) -> dict[str, float]:
@@ -271,12 +324,17 @@ def report(name: str, m: dict[str, float], requests: int) -> dict[str, float]:
     print(f"  per streamed token     runtime {token_over:+.3f} ms  [{mark(token_over <= GOAL_TOKEN_MS)} <= "
           f"{GOAL_TOKEN_MS:g} ms]; decode through the API = {m['decode_ratio']:.2f}x the runtime's "
           f"({m['whole_1']}/{requests} answers whole)")
+    cpu_over = (m["server_cpu_token_s"] - m["runtime_cpu_token_s"]) * 1000
+    print(f"  CPU per token          server {m['server_cpu_token_s'] * 1000:.3f} ms, runtime alone "
+          f"{m['runtime_cpu_token_s'] * 1000:.3f} ms: the server adds {cpu_over:.3f} ms of CPU per token "
+          "(load-independent)")
     print(f"  openai client          TTFT {m['openai_ttft_s'] * 1000:.2f} ms, {m['openai_token_s'] * 1000:.3f} ms per "
           "token (shown only: the client's own parsing of each chunk is in it)")
     print(f"  4 clients at once      {m['tok_s_4']:.0f} tok/s against {m['tok_s_1']:.0f} tok/s for 4 requests back to "
           f"back = {conc:.2f}x, {m['whole_4']}/{m['asked_4']} answers whole  "
           f"[{mark(conc >= GOAL_CONCURRENT and m['whole_4'] == m['asked_4'])} >= {GOAL_CONCURRENT:g}x, all whole]")
-    return {"ttft_over_ms": ttft_over, "token_over_ms": token_over, "decode_ratio": m["decode_ratio"], "conc": conc}
+    return {"ttft_over_ms": ttft_over, "token_over_ms": token_over, "decode_ratio": m["decode_ratio"], "conc": conc,
+            "cpu_over_ms": cpu_over}
 
 
 def main() -> int:
@@ -309,7 +367,7 @@ def main() -> int:
             runtime = RuntimeAlone(python, a.tokens)
             proc, url, params = start(sub)
             try:
-                m = measure(url, params, a.tokens, a.requests, runtime)
+                m = measure(url, params, a.tokens, a.requests, runtime, proc.pid)
             finally:
                 runtime.close()
                 proc.terminate()
@@ -323,6 +381,7 @@ def main() -> int:
         print("\nedge-llm-serve against litert-lm serve (each against its own runtime):")
         for key, label, better in (("ttft_over_ms", "TTFT over the runtime (ms)", min),
                                    ("token_over_ms", "per-token overhead (ms)", min),
+                                   ("cpu_over_ms", "CPU added per token (ms)", min),
                                    ("decode_ratio", "decode / runtime's", max),
                                    ("conc", "4 clients / 1 client", max)):
             ahead = better(ours[key], theirs[key]) == ours[key]
