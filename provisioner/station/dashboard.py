@@ -37,6 +37,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,7 @@ class Dashboard:
         self._stop = threading.Event()
         self._tasks: list[Any] = []
         self._host = socket.gethostname()
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard-read")
 
     # -- inputs ----------------------------------------------------------------------
     def _publish(self, slots: list[str]) -> None:
@@ -105,19 +107,33 @@ class Dashboard:
             changed += self.board.apply_event(msg)
         self._publish(changed)
 
-    def poll(self) -> None:
-        """Records (only when they changed) and the EDL scan."""
-        changed: list[str] = []
+    def _read(self) -> tuple[list[dict[str, Any]] | None, dict[str, str]]:
+        """The blocking half of a poll (records, only when they changed; the EDL scan), run in
+        :attr:`_io` so a slow database (a central one) never holds up the live view."""
+        rows = None
         version = self.reader.version()
         if version != self._version:
             self._version = version
             rows = self.reader.latest_by_slot()
+        devices = edl.scan_edl(self.config.sysfs_root, self.config.slots)
+        return rows, {d.slot or d.port: d.serial for d in devices if d.mode == "edl"}
+
+    def apply(self, rows: list[dict[str, Any]] | None, in_edl: dict[str, str]) -> None:
+        changed: list[str] = []
+        if rows is not None:
             dead = {r["id"] for r in rows if r["result"] == "running" and r.get("host") == self._host
                     and not _alive(r.get("pid"))}
             changed += self.board.apply_attempts(rows, dead=dead)
-        devices = edl.scan_edl(self.config.sysfs_root, self.config.slots)
-        changed += self.board.apply_scan({d.slot or d.port: d.serial for d in devices if d.mode == "edl"})
+        changed += self.board.apply_scan(in_edl)
         self._publish(changed)
+
+    def poll(self) -> None:
+        """One poll in the caller's thread (tests)."""
+        self.apply(*self._read())
+
+    async def _reading(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run one blocking reader call in :attr:`_io` (one thread: the reader is never used by two at once)."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, func, *args)
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
@@ -143,7 +159,7 @@ class Dashboard:
     async def _poller(self) -> None:
         while True:
             try:
-                self.poll()
+                self.apply(*await self._reading(self._read))
             except Exception:   # noqa: BLE001 - a bad read must not stop the live view
                 pass
             await asyncio.sleep(POLL_S)
@@ -161,7 +177,8 @@ class Dashboard:
             wake.set()
         if self._receiver is not None:
             self._receiver.close()
-        self.reader.close()
+        await self._reading(self.reader.close)
+        self._io.shutdown(wait=False)
 
     # -- handlers --------------------------------------------------------------------
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -205,19 +222,21 @@ class Dashboard:
             return _bad("limit must be a whole number")
         if not 1 <= limit <= 1000:
             return _bad("limit must be between 1 and 1000")
-        rows = self.reader.search(serial=serial or None, release=release or None, result=result or None,
-                                  limit=limit)
-        out = [{k: r.get(k) for k in ("id", "serial", "slot", "board", "release_id", "started", "ended", "state",
-                                      "result", "error", "tries")}
+        rows = await self._reading(lambda: self.reader.search(
+            serial=serial or None, release=release or None, result=result or None, limit=limit))
+        out = [{k: r.get(k) for k in ("id", "station", "serial", "slot", "board", "release_id", "started", "ended",
+                                      "state", "result", "error", "tries")}
                | {"log_url": f"/log/{int(r['id'])}" if r.get("log_path") else None} for r in rows]
-        return web.json_response({"attempts": out}, dumps=lambda o: json.dumps(o, default=str))
+        note = getattr(self.reader, "error", None)    # a central history that did not answer
+        return web.json_response({"attempts": out, "note": f"{note}; showing this station's attempts" if note
+                                  else None}, dumps=lambda o: json.dumps(o, default=str))
 
     async def log(self, request: web.Request) -> web.Response:
         try:
             attempt_id = int(request.match_info["attempt"])
         except ValueError:
             raise web.HTTPNotFound(text="no such attempt") from None
-        row = self.reader.attempt(attempt_id)
+        row = await self._reading(self.reader.attempt, attempt_id)
         if row is None or not row.get("log_path"):
             raise web.HTTPNotFound(text=f"attempt {attempt_id} has no qdl log on record")
         path = Path(row["log_path"])

@@ -108,13 +108,14 @@ async function search(ev) {
     $("history-note").textContent = "the station did not answer";
     return;
   }
-  $("history-note").textContent = data.attempts.length + " attempt(s)";
+  $("history-note").textContent = data.attempts.length + " attempt(s)" + (data.note ? " \u2014 " + data.note : "");
   body.replaceChildren();
   for (const a of data.attempts) {
     const tr = el("tr");
     tr.setAttribute("data-attempt", String(a.id));
     const dur = a.ended && a.started ? (a.ended - a.started).toFixed(1) : "";
-    tr.append(el("td", "", a.id), el("td", "", fmtTime(a.started)), el("td", "", a.serial), el("td", "", a.slot),
+    tr.append(el("td", "", a.id), el("td", "", fmtTime(a.started)), el("td", "", a.station), el("td", "", a.serial),
+              el("td", "", a.slot),
               el("td", "", a.release_id), el("td", a.result, a.result), el("td", "", dur),
               el("td", "reason", a.error));
     const logCell = el("td");
