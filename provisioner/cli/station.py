@@ -4,6 +4,7 @@ work is in provisioner.station)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -157,6 +158,8 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
                 run = flash_release(release, cfg, options, listener=progress, records=records)
         else:
             run = flash_release(release, cfg, options, records=records)
+        if cfg.baseline and boot_check:
+            _factory_baselines(release, cfg, run, records, rep)
     if fwd is not None and fwd.status.backlog:
         rep.warn(f"central records {cfg.central.describe()}: {fwd.status.backlog} attempt(s) wait in the local "
                  "outbox; they are sent by the next run or `provisioner station forward`")
@@ -172,6 +175,25 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
         raise CheckFailed(f"{len(bad)} of {len(run.results)} board(s) failed: "
                           + "; ".join(f"{r.serial}: {r.error}" for r in bad[:3]),
                           "see the per-board logs; fix and flash those boards again")
+
+
+def _factory_baselines(release: Path, cfg: StationConfig, run: Any, records: Records, rep: Reporter) -> None:
+    """station.yaml ``baseline``: one smoke inference per board that passed (provisioner.fleet.baseline)."""
+    from provisioner.contracts.release import load_release
+    from provisioner.fleet.baseline import measure
+
+    attempts = {r.serial: r.attempt_id for r in run.results if r.ok and r.attempt_id is not None}
+    if not attempts:
+        return
+    rep.step(f"factory baseline: one smoke inference on {len(attempts)} board(s)")
+    with load_release(release, hash_files=False) as rel:
+        for m in measure(records, rel, attempts, addresses=cfg.addresses, connection=cfg.baseline_connection):
+            if m.baseline:
+                b = m.baseline
+                ttft = f", TTFT {b['ttft_s']:.2f} s" if b.get("ttft_s") is not None else ""
+                rep.info(f"baseline {m.serial} ({m.host}): {b['model']} {b['decode_tok_s']:.1f} tok/s{ttft}")
+            else:
+                rep.warn(f"baseline {m.serial}: not measured ({m.error})")
 
 
 @command.command("history")

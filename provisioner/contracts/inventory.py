@@ -171,11 +171,40 @@ def not_set(name: str) -> str:
             f"or set {name} in host_vars")
 
 
+@dataclass(frozen=True)
+class FactoryBaseline:
+    """A board's own smoke inference at the factory (``edge_llm_factory_baseline``), and how far below
+    it the board may fall (the release's ``verify.baseline_max_drop``)."""
+
+    model: str
+    decode_tok_s: float
+    ttft_s: float | None = None
+    max_drop: float = DEFAULT_BASELINE_MAX_DROP
+
+    @classmethod
+    def from_vars(cls, raw: Any) -> FactoryBaseline | None:   # noqa: ANN401 - an inventory value
+        """None unless ``raw`` is a mapping with a model name and a positive decode speed."""
+        if not isinstance(raw, Mapping):
+            return None
+        dec, ttft, drop = raw.get("decode_tok_s"), raw.get("ttft_s"), raw.get("max_drop")
+        if not raw.get("model") or isinstance(dec, bool) or not isinstance(dec, int | float) or dec <= 0:
+            return None
+        return cls(model=str(raw["model"]), decode_tok_s=float(dec),
+                   ttft_s=float(ttft) if isinstance(ttft, int | float) and not isinstance(ttft, bool) else None,
+                   max_drop=float(drop) if isinstance(drop, int | float) and 0 < drop < 1 else
+                   DEFAULT_BASELINE_MAX_DROP)
+
+    def as_vars(self) -> dict[str, Any]:
+        return {"model": self.model, "decode_tok_s": self.decode_tok_s, "ttft_s": self.ttft_s,
+                "max_drop": self.max_drop}
+
+
 #: the variables :meth:`HostVars.from_vars` reads, so a caller holding all of a host's variables (an
 #: action plugin's task_vars) can hand over just these
 HOST_VARS_READ = ("edge_llm_board", "edge_llm_board_facts", "edge_llm_models", "edge_llm_expected_build_id",
                   "edge_llm_download_mode", "edge_llm_verify_prompt", "edge_llm_verify_max_tokens",
-                  "edge_llm_verify_smoke", "edge_llm_verify_rehash", "edge_llm_serve_user")
+                  "edge_llm_verify_smoke", "edge_llm_verify_rehash", "edge_llm_serve_user",
+                  "edge_llm_factory_baseline")
 
 
 @dataclass(frozen=True)
@@ -191,6 +220,7 @@ class HostVars:
     smoke: bool = True
     rehash: bool = False
     serve_user: str = DEFAULT_SERVE_USER
+    factory_baseline: FactoryBaseline | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -217,6 +247,7 @@ class HostVars:
             smoke=_bool(hv.get("edge_llm_verify_smoke", True)),
             rehash=_bool(hv.get("edge_llm_verify_rehash", False)),
             serve_user=hv.get("edge_llm_serve_user") or DEFAULT_SERVE_USER,
+            factory_baseline=FactoryBaseline.from_vars(hv.get("edge_llm_factory_baseline")),
         )
 
 

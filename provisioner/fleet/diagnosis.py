@@ -92,6 +92,10 @@ DIAGNOSES: dict[str, Diagnosis] = {
     "cpu-backend": Diagnosis("CPU backend asked for an NPU-only model", "run with --backend npu", "model.json backend"),
     "slow": Diagnosis("decode slower than the reference floor", "check burst mode, thermal state and CPU governor; "
                       "compare like with like (same output length)", "catalog models.yaml decode floor"),
+    "slower-than-factory": Diagnosis("decode is slower than this board's own smoke inference at the factory "
+                                     "by more than the release allows (verify.baseline_max_drop)",
+                                     "check thermal state, burst mode and what else runs on the NPU; the same board "
+                                     "was faster when it left the line", "station records: the factory baseline"),
     "ttft": Diagnosis("time to first token above the floor", "check burst mode and that nothing else uses the NPU",
                       "catalog models.yaml TTFT ceiling"),
     "download-mode": Diagnosis("qcom_scm download_mode differs from the fleet policy (1 parks a crashed board in "

@@ -14,7 +14,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.contracts import download_mode
-from provisioner.contracts.inventory import HostVars, ModelVars
+from provisioner.contracts.inventory import FactoryBaseline, HostVars, ModelVars
 from provisioner.fleet.diagnosis import DIAGNOSES, diagnose_log
 from provisioner.fleet.onboard import serve
 
@@ -132,6 +132,7 @@ def evaluate(expect: HostVars, probe: dict[str, Any], *, smoke_only: bool = Fals
             c, fig = smoke_check(m, run, expect.prompt)
             checks.append(c)
             figures[m.name] = fig
+            checks += baseline_check(m, fig, expect.factory_baseline)
     failed = [c for c in checks if not c.ok]
     return {
         "ok": not failed,
@@ -433,6 +434,21 @@ def smoke_check(m: ModelVars, run: dict[str, Any], prompt: str | None = None) ->
     if m.max_ttft_s is not None and ttft is not None and ttft > m.max_ttft_s:
         return Check(name, False, f"TTFT {ttft} s > {m.max_ttft_s} s", "ttft"), fig
     return Check(name, True, f"decode {dec} tok/s, TTFT {ttft} s, coherent"), fig
+
+
+def baseline_check(m: ModelVars, fig: dict[str, Any], base: FactoryBaseline | None) -> list[Check]:
+    """This board now against its own smoke inference at the factory, e.g. "32.1 tok/s at the factory,
+    27.4 now: -15%"; fails when the drop is larger than the release allows. Nothing to say without a
+    baseline for this model or without a decode figure now (the smoke check already failed then)."""
+    now = fig.get("decode_tok_s")
+    if base is None or base.model != m.name or not isinstance(now, int | float):
+        return []
+    change = (now - base.decode_tok_s) / base.decode_tok_s
+    detail = f"{base.decode_tok_s:.1f} tok/s at the factory, {now:.1f} now: {change:+.0%}"
+    if -change > base.max_drop:
+        return [Check(f"baseline:{m.name}", False, f"{detail} (at most -{base.max_drop:.0%} allowed)",
+                      "slower-than-factory")]
+    return [Check(f"baseline:{m.name}", True, detail)]
 
 
 def benchmark_summary(expect: HostVars, repeats: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -22,6 +22,9 @@ Example ``station.yaml`` (relative paths are relative to the file)::
     records: postgresql://station@db.line1:5432/records   # optional central history (provisioner.station.central)
     records_password_file: /etc/edge-llm/records.pw          # or records_password_env: VAR (default PGPASSWORD)
     station: line1-bench-a                                   # this station's name there (default: host name)
+    baseline: true                     # after --boot-check, one smoke inference per board (its factory baseline);
+                                       # or a mapping of ansible_* settings for reaching boards over SSH, e.g.
+                                       # {ansible_ssh_private_key_file: /etc/edge-llm/station_key}
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from provisioner.station.central import CentralSettings, parse_settings
 DEFAULT_CONFIG = Path("station.yaml")
 DEFAULT_PASSWORD_ENV = "PROVISIONER_CONSOLE_PASSWORD"
 _KEYS = {"sysfs_root", "qdl", "slots", "consoles", "database", "credential", "log_dir", "boards", "baudrate",
-         "addresses", *CENTRAL_KEYS}
+         "addresses", "baseline", *CENTRAL_KEYS}
 
 
 @dataclass
@@ -91,6 +94,8 @@ class StationConfig:
     baudrate: int = 115200
     addresses: dict[str, str] = field(default_factory=dict)  # board serial -> host:port
     central: CentralSettings | None = None           # the PostgreSQL history, when configured
+    baseline: bool = False                           # measure each board's factory baseline after the boot check
+    baseline_connection: dict[str, Any] = field(default_factory=dict)   # ansible_* settings to reach boards
     source: Path | None = None
 
     def secret_variables(self) -> set[str]:
@@ -172,7 +177,23 @@ def load_config(path: Path | str | None = None) -> StationConfig:
     if "baudrate" in data:
         cfg.baudrate = int(data["baudrate"])
     cfg.central = parse_settings(data, base, path)
+    _baseline(cfg, data.get("baseline"), path)
     return cfg
+
+
+def _baseline(cfg: StationConfig, value: Any, path: Path) -> None:  # noqa: ANN401 - a YAML value
+    """``baseline: true|false`` or a mapping of ``ansible_*`` connection settings (which turns it on)."""
+    if value is None or isinstance(value, bool):
+        cfg.baseline = bool(value)
+        return
+    if not isinstance(value, dict) or not all(str(k).startswith("ansible_") for k in value):
+        raise StationError(f"station config {path}: baseline must be true, false or a mapping of ansible_* "
+                           "settings", "e.g. baseline: {ansible_ssh_private_key_file: /etc/edge-llm/station_key}")
+    if any("pass" in str(k) for k in value):
+        raise StationError(f"station config {path}: baseline must not hold a password",
+                           "use an SSH key (ansible_ssh_private_key_file)")
+    cfg.baseline = True
+    cfg.baseline_connection = {str(k): v for k, v in value.items()}
 
 
 def load_slots(path: Path | str) -> dict[str, str]:

@@ -17,6 +17,18 @@ from provisioner.contracts import inventory
 from provisioner.station import identity as board_identity
 from provisioner.station.records import Records
 
+#: the attempt event that holds a board's factory baseline (written by provisioner.fleet.baseline)
+BASELINE_STEP = "baseline"
+
+
+def factory_baseline(records: Records, attempt_id: int) -> dict[str, Any] | None:
+    """The latest baseline recorded for an attempt (``edge_llm_factory_baseline``), validated again."""
+    for ev in reversed(records.events(attempt_id)):
+        if ev["step"] == BASELINE_STEP and ev["kind"] == "stop":
+            base = inventory.FactoryBaseline.from_vars(ev.get("detail"))
+            return base.as_vars() if base else None
+    return None
+
 
 def _inventory_hosts(records: Records, addresses: dict[str, str] | None,
                      known_hosts: Path | None) -> list[tuple[str, dict[str, Any], list[board_identity.HostKey]]]:
@@ -37,7 +49,8 @@ def _inventory_hosts(records: Records, addresses: dict[str, str] | None,
         hosts.append((hostname, inventory.host_vars(
             board=board_id, address=host or None, port=int(port) if port else None, user="root",
             serial=serial, build_id=row.get("release_id"), slot=row.get("slot"), connection=conn,
-            host_keys=[k.fingerprint for k in keys] or None, factory_baseline=ident.get("baseline")), keys))
+            host_keys=[k.fingerprint for k in keys] or None,
+            factory_baseline=factory_baseline(records, row["id"])), keys))
     return hosts
 
 

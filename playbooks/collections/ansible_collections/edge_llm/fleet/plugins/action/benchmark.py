@@ -82,7 +82,9 @@ class ActionModule(BoardAction):
         found = raw["probe"]
         payload = fleet_verdict.evaluate(expect, found, smoke_only=True)
         payload["kind"] = "benchmark"
-        payload["benchmark"] = fleet_verdict.benchmark_summary(expect, found.get("repeats") or {})
+        # the gatherer lists ``repeats`` only for more than one run; a single run is its ``runs`` entry
+        repeats = found.get("repeats") or {name: [run] for name, run in (found.get("runs") or {}).items()}
+        payload["benchmark"] = fleet_verdict.benchmark_summary(expect, repeats)
         payload["api"] = {}
         result["changed"] = False
         problems = list(payload["failures"]) if not payload["ok"] else []
