@@ -46,7 +46,13 @@ def device_type(board_codename: str) -> str:
 
 
 def tarball_name(pf: Preflight) -> str:
-    """File name of the release's qcomflash tarball (``<image>-<machine>.qcomflash.tar.gz``)."""
+    """File name of the release's qcomflash tarball (``<image>-<machine>.qcomflash.tar.gz``).
+
+    meta-qcom classes-recipe/image_types_qcom.bbclass create_qcomflash_pkg (read at 040dc83b): the tarball
+    is ``${IMAGE_NAME}.qcomflash.tar.gz`` with the link ``${IMAGE_LINK_NAME}.qcomflash.tar.gz``, and tar's
+    ``--transform`` puts every file under ``${IMAGE_BASENAME}-${MACHINE}/``, the bundle folder the release
+    unpacks and the job's ``path``.
+    """
     name = pf.bundle_dir.name
     return name if name.endswith(".tar.gz") else f"{name.removesuffix('.qcomflash')}.qcomflash.tar.gz"
 
