@@ -78,7 +78,7 @@ from typing import Any
 
 from provisioner import catalog, layout
 from provisioner.errors import SimError
-from provisioner.sim import cstandins, ostree_board, ports, qcom_scm, real_litert, runtime, systemctl
+from provisioner.sim import cstandins, ostree_board, ports, qcom_scm, real_litert, runtime, sota_root, systemctl
 from provisioner.sim.board import VirtualBoard, env_number, list_boards, sim_root, ufs_serial
 
 SSH_HOST = "127.0.0.1"
@@ -850,9 +850,8 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     shutil.copyfile(hd / "facts.json", sim / runtime.FACTS_NAME)
     os.chmod(sim / runtime.FACTS_NAME, 0o644)
     ota = ostree_board.sysroot(board)
-    if (ota / "ostree").is_dir():
-        (sim / "sysroot").mkdir()
-        _bind(ota, sim / "sysroot")
+    sota = ostree_board.booted_root(board) is not None
+    if sota:
         _write(sim / "reboot", ostree_board.reboot_script(board), 0o755)
         _write(sim / "boot_id", ostree_board.boot_id(board) + "\n", 0o444)
         _bind(sim / "boot_id", "/proc/sys/kernel/random/boot_id", ro=True)
@@ -904,10 +903,6 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
                     generated[f"{target.lstrip('/')}/{f.name}"] = _sha(up / f.name)
                 elif f.is_symlink():
                     os.symlink(os.readlink(f), up / f.name)
-        if target == "/usr/bin" and board.has_fault("ota-disconnect") and (ota / "ostree").is_dir():
-            shutil.copy2(ostree_board.OSTREE, sim / "ostree.real")
-            _write(up / "ostree", ostree_board.ostree_wrapper(board, f"{SIM_DIR}/ostree.real",
-                                                              f"{SIM_DIR}/sysroot"), 0o755)
         if target == "/usr/bin":
             _write(up / "systemctl", systemctl.executable_text(), 0o755)
             generated["usr/bin/systemctl"] = _sha(up / "systemctl")
@@ -987,18 +982,26 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     # /proc/cmdline: the flashed image's kernel command line
     dm = int(board.data.get("download_mode", 1))
     cmdline = hd / "cmdline"
-    base = _rootfs_cmdline(r)
-    if ostree_board.booted_cmdline(board):
-        base += " " + ostree_board.booted_cmdline(board)      # the BLS entry's options (ostree=...)
+    # an OSTree board's kernel gets the booted BLS entry's options (ostree=..., what deploy carried)
+    base = ostree_board.booted_cmdline(board) if sota else rootfs_cmdline(r)
     if "qcom_scm.download_mode=" not in base:
         base += f" qcom_scm.download_mode={dm}"
     _write(cmdline, base + "\n", 0o444)
     _bind(cmdline, "/proc/cmdline", ro=True)
     _bind_root_home(board)          # last: the host's /root (and whatever lives there) is hidden from here on
+    if sota:                        # a sota board runs in its booted deployment (provisioner.sim.sota_root)
+        shutil.copy2(ostree_board.OSTREE, sim / "ostree.real")
+        py = f"{SIM_DIR}/{runtime.PYTHON_LINK}"
+        sota_root.write_top_usr(sim / "sota-usr", systemctl.executable_text(),
+                                sota_root.ostree_wrapper(SIM_DIR, f"{SIM_DIR}/ostree.real", py,
+                                                         ostree_board.cut_pull(board)))
+        sota_root.enter(r, ota, ostree_board.esp(board), ostree_board.OSNAME, opt=opt, top_usr=sim / "sota-usr",
+                        host_paths=sota_root.host_paths(board.root, os.path.realpath(sim / runtime.PYTHON_LINK)),
+                        mntns=os.stat("/proc/self/ns/mnt").st_ino)
     return {"board_only": board_only, "shells": shells, "generated": generated}
 
 
-def _rootfs_cmdline(rootfs: Path) -> str:
+def rootfs_cmdline(rootfs: Path) -> str:
     for rel in ("etc/kernel/cmdline", "boot/cmdline"):
         with contextlib.suppress(OSError):
             text = (rootfs / rel).read_text().strip()

@@ -1,34 +1,28 @@
-"""A virtual board with a real OSTree sysroot; only the bootloader is simulated.
+"""A virtual sota board: a real OSTree sysroot and ESP, booted the way a QLI sota board boots.
 
-The sysroot (``<board dir>/sysroot``) is made and changed by the real ``ostree`` CLI only:
-``ostree admin init-fs``/``os-init``/``deploy`` here, ``ostree pull``/``admin deploy``/``undeploy``
-by the update-os playbook from inside the board (the namespace binds it at ``/sysroot`` and its
-``ostree`` directory at ``/ostree``, as on an OSTree-booted system).
+The sysroot (``<board dir>/sysroot``) and the ESP (``<board dir>/esp``) are made and changed by the real
+``ostree`` CLI only: here as IMAGE_CMD:ota builds them (uptane/meta-updater @ f0e1ccaf
+classes/image_types_ota.bbclass:41-140), on the board by the update-os playbook through the booted sysroot.
+The board runs *in* its booted deployment (:mod:`provisioner.sim.sota_root`): ``/`` is the deployment,
+``/sysroot`` the physical root, ``/boot`` the ESP, so plain ``ostree admin status`` marks it booted.
 
-What is simulated is the boot side, the part meta-updater's board classes give a real board:
-
-- the *bootloader* reads the Boot Loader Specification entries ``ostree admin deploy`` wrote under
-  ``sysroot/boot/loader/entries`` and boots the one with the highest ``version`` (the default);
-  its ``options`` line carries ``ostree=/ostree/boot.N/...``, which becomes the board's
-  ``/proc/cmdline`` and names the booted deployment (ostree-prepare-root follows that link);
-- *boot counting* (on the QCOM boards systemd-boot counts tries in the BLS entry's file name:
-  uptane/meta-updater @ f0e1ccaf classes/sota_qcom.bbclass, ``sysroot.boot-counting-tries:3``): while
-  ``sysroot/boot/edge-llm-ota-trial`` names a deployment, booting it counts one try; a deployment
-  that does not come up (fault ``ota-no-boot``) exhausts its tries and the bootloader boots the
-  next entry in the same reboot cycle. Removing the file is the "commit" (the entry marked good);
-- "reboot" swaps the board's root: the namespace serves the booted deployment's ``/etc``, ``/usr``
-  and ``/opt`` instead of the flashed rootfs; ``/proc/sys/kernel/random/boot_id`` changes.
+What is simulated is the firmware side (:mod:`provisioner.sim.sota_boot`): systemd-boot picks an entry from
+the ESP, counts a try in its file name, falls back when the tries run out; systemd-bless-boot marks the entry
+good once the board came up. The booted entry's ``options`` line becomes ``/proc/cmdline``. "Reboot" stops the
+board's namespace, boots again and serves the newly booted deployment; ``/proc/sys/kernel/random/boot_id``
+changes.
 
 Faults: ``ota-no-boot`` (a deployment other than the factory one never comes up), ``ota-bad-npu``
 (it boots, but the NPU runs at the no-burst speed), ``ota-disconnect`` (the first ``ostree pull``
 is cut mid-way; the staging directory it leaves lets the next pull resume).
-This module reads the BLS entries itself; it shares no parser with production code.
+This package reads the BLS entries itself; it shares no parser with production code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,17 +32,26 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import SimError
+from provisioner.sim import sota_boot
 from provisioner.sim.board import VirtualBoard
 
-OSNAME = "nodistro"              # meta-updater classes/sota.bbclass: OSTREE_OSNAME ?= "nodistro"
+OSNAME = "nodistro"              # meta-updater classes/sota.bbclass:26: OSTREE_OSNAME ?= "nodistro"
 REMOTE = "edge-llm"
-TRIAL_FILE = "boot/edge-llm-ota-trial"
 OTA_FAULTS = ("ota-no-boot", "ota-bad-npu", "ota-disconnect")
 OSTREE = "/usr/bin/ostree"
+#: sota.bbclass:30 OSTREE_KERNEL_ARGS_COMMON and sota_qcom.bbclass:12 OSTREE_KERNEL_ARGS (its console=); the
+#: image's own KERNEL_CMDLINE_EXTRA (download_mode, ...) follows, from the flashed rootfs's command line
+SOTA_KARGS = ("console=ttyMSM0,115200", "root=LABEL=otaroot", "rootfstype=ext4")
+_NOT_EXTRA = ("root=", "rootfstype=", "console=", "rw", "ro", "rootwait")
 
 
 def sysroot(board: VirtualBoard) -> Path:
     return board.dir / "sysroot"
+
+
+def esp(board: VirtualBoard) -> Path:
+    """The board's ESP (a folder here; ``ota-esp`` is a vfat image on a real board, sota_qcom.bbclass:7)."""
+    return board.dir / "esp"
 
 
 def _ostree(*args: str) -> str:
@@ -58,53 +61,61 @@ def _ostree(*args: str) -> str:
     return res.stdout
 
 
+def _image_kargs(board: VirtualBoard) -> list[str]:
+    from provisioner.sim import host
+
+    extra = [a for a in host.rootfs_cmdline(board.rootfs_dir).split()
+             if not a.startswith(_NOT_EXTRA) and a not in _NOT_EXTRA]
+    return [*SOTA_KARGS, *extra]
+
+
 def init_sysroot(board: VirtualBoard, repo: Path, branch: str, commit: str) -> str:
-    """Make the board an OSTree board running ``commit`` (what flashing a sota image gives).
+    """Make the board an OSTree board running ``commit``: what flashing a sota image gives, built as
+    IMAGE_CMD:ota builds it (image_types_ota.bbclass line numbers beside each step).
 
     The commit is imported as the remote ref ``edge-llm:<branch>``, so a later pull from the
     published repository finds the static delta from it.
     """
-    s = sysroot(board)
-    s.mkdir(parents=True, exist_ok=True)
-    _ostree("admin", "init-fs", str(s))
-    _ostree("admin", f"--sysroot={s}", "os-init", OSNAME)
+    s, e = sysroot(board), esp(board)
+    unfreeze(board.dir)
+    for d in (s, e):
+        shutil.rmtree(d, ignore_errors=True)
+    s.mkdir(parents=True)
+    _ostree("admin", f"--sysroot={s}", "init-fs", "--modern", str(s))                          # :42
+    _ostree("admin", f"--sysroot={s}", "os-init", OSNAME)                                       # :43
+    (s / "boot/loader.0").mkdir(parents=True)                                                   # :46-47
+    os.symlink("loader.0", s / "boot/loader")
+    (s / "boot/loader/loader.conf").touch()                                                     # :55-56
     r = f"--repo={s}/ostree/repo"
-    _ostree(r, "pull-local", str(repo), commit)
-    _ostree(r, "refs", f"--create={REMOTE}:{branch}", commit)
-    _ostree("admin", f"--sysroot={s}", "deploy", f"--os={OSNAME}", commit)
+    _ostree(r, "config", "set", "sysroot.boot-counting-tries",                                  # :69-75
+            str(sota_boot.DEFAULT_TRIES))                                    # sota_qcom.bbclass:29
+    _ostree(r, "pull-local", str(repo), commit)                                                 # :81
+    _ostree(r, "refs", f"--create={REMOTE}:{branch}", commit)                                   # :94
+    before = sota_boot.counters(s / "boot", s)
+    _ostree("admin", f"--sysroot={s}", "deploy", *(f"--karg-append={a}" for a in _image_kargs(board)),
+            f"--os={OSNAME}", commit)                                                           # :82-95
+    sota_boot.name_entries(s / "boot", s, before, sota_boot.tries_configured(s / "ostree/repo"))
+    var = s / "ostree/deploy" / OSNAME / "var"
+    home = board.rootfs_dir / "home"
+    if home.is_dir():                                                                           # :109-110
+        (var / "rootdirs").mkdir(parents=True, exist_ok=True)
+        shutil.copytree(home, var / "rootdirs/home", symlinks=True, dirs_exist_ok=True)
+    (var / "local").mkdir(parents=True, exist_ok=True)                                          # :112-113
+    # :124-136 moves boot/ onto the ESP and leaves sysroot/boot empty; the loader stays a link here
+    # (provisioner.sim.sota_boot says why)
+    e.mkdir(parents=True)
+    for child in list((s / "boot").iterdir()):
+        shutil.move(str(child), str(e / child.name))
     with board.transaction() as data:
         data["ostree"] = {"factory": commit, "booted": None, "boot_log": []}
     choose_boot(board)
     return commit
 
 
-def entries(board: VirtualBoard) -> list[dict[str, str]]:
-    """BLS entries, default first (highest version), as the simulated bootloader sees them."""
-    out = []
-    d = sysroot(board) / "boot/loader/entries"
-    for f in sorted(d.glob("*.conf")) if d.is_dir() else []:
-        e: dict[str, str] = {"file": f.name}
-        for line in f.read_text(encoding="utf-8").splitlines():
-            key, _, val = line.strip().partition(" ")
-            if key:
-                e[key] = val.strip()
-        out.append(e)
-    return sorted(out, key=lambda e: int(e.get("version", "0") or 0), reverse=True)
-
-
-def _ostree_arg(entry: dict[str, str]) -> str:
-    for opt in entry.get("options", "").split():
-        if opt.startswith("ostree="):
-            return opt[len("ostree="):]
-    return ""
-
-
-def deployment_of(board: VirtualBoard, entry: dict[str, str]) -> Path | None:
-    arg = _ostree_arg(entry)
-    if not arg:
-        return None
-    p = (sysroot(board) / arg.lstrip("/")).resolve()
-    return p if p.is_dir() else None
+def deployment_of(board: VirtualBoard, entry: sota_boot.Entry) -> Path | None:
+    key = sota_boot.deployment_key(entry, sysroot(board))
+    p = Path(key) if key else None
+    return p if p is not None and p.is_dir() and p.is_relative_to(sysroot(board)) else None
 
 
 def _checksum(deployment: Path) -> str:
@@ -112,26 +123,26 @@ def _checksum(deployment: Path) -> str:
 
 
 def choose_boot(board: VirtualBoard) -> dict[str, Any] | None:
-    """Run the simulated bootloader once; record and return the booted entry (None: nothing boots)."""
+    """Power on through the simulated firmware; record and return the booted entry (None: nothing boots)."""
     board.reload()
     state = board.data.get("ostree") or {}
     factory = state.get("factory")
-    trial_path = sysroot(board) / TRIAL_FILE
-    trial = trial_path.read_text().strip() if trial_path.is_file() else ""
-    log = list(state.get("boot_log") or [])[-20:]
-    booted = None
-    for entry in entries(board):
+    log: list[dict[str, Any]] = list(state.get("boot_log") or [])[-20:]
+
+    def comes_up(entry: sota_boot.Entry) -> bool:
         dep = deployment_of(board, entry)
         if dep is None:
-            continue
-        csum = _checksum(dep)
-        if board.has_fault("ota-no-boot") and csum != factory:
-            log.append({"tried": csum, "came_up": False, "counted": csum == trial})
-            continue                      # bootcount > bootlimit: the bootloader boots the next entry
-        booted = {"checksum": csum, "deployment": str(dep), "cmdline": entry.get("options", ""),
-                  "boot_id": str(uuid.uuid4())}
-        log.append({"tried": csum, "came_up": True})
-        break
+            return False
+        return not (board.has_fault("ota-no-boot") and _checksum(dep) != factory)
+
+    entry = sota_boot.boot(esp(board), comes_up, log)
+    booted = None
+    if entry is not None:
+        dep = deployment_of(board, entry)
+        assert dep is not None
+        entry = sota_boot.bless(entry)           # boot-complete.target reached: systemd-bless-boot
+        booted = {"checksum": _checksum(dep), "deployment": str(dep), "cmdline": entry.options,
+                  "entry": entry.path.name, "boot_id": str(uuid.uuid4())}
     faults = [f for f in board.faults if f != "no-burst" or not state.get("ota_no_burst")]
     ota_no_burst = bool(booted and board.has_fault("ota-bad-npu") and booted["checksum"] != factory
                         and "no-burst" not in faults)
@@ -142,6 +153,14 @@ def choose_boot(board: VirtualBoard) -> dict[str, Any] | None:
         st.update(booted=booted, boot_log=log, ota_no_burst=ota_no_burst)
         data["faults"] = faults
     return booted
+
+
+def unfreeze(path: Path) -> None:
+    """Clear ostree's immutable bit on every deployment under ``path`` (``ostree admin deploy`` sets it on the
+    deployment's root directory), so the folder can be removed with ``rm -rf`` again."""
+    for dep in Path(path).glob("**/ostree/deploy/*/deploy/*"):
+        if dep.is_dir() and not dep.is_symlink():
+            subprocess.run(["chattr", "-i", str(dep)], capture_output=True, check=False)
 
 
 def booted_root(board: VirtualBoard) -> Path | None:
@@ -201,24 +220,25 @@ def reboot_script(board: VirtualBoard) -> str:
         "exit 0\n")
 
 
-def ostree_wrapper(board: VirtualBoard, real: str, sysroot_path: str) -> str:
-    """``/usr/bin/ostree`` in a board with ``ota-disconnect``: the real ostree (copied to ``real``),
-    but the first pull is killed as soon as its staging directory holds an object (a link cut
-    mid-transfer); once only, so the next pull resumes from what the staging directory kept."""
+def cut_pull(board: VirtualBoard) -> str:
+    """Shell code for the board's ostree wrapper with ``ota-disconnect``: the first pull is killed as soon as
+    its staging directory holds an object (a link cut mid-transfer); once only, so the next pull resumes from
+    what the staging directory kept. Empty without the fault."""
+    if not board.has_fault("ota-disconnect"):
+        return ""
     marker = sysroot(board) / ".edge-llm-sim-disconnected"
     return (
-        "#!/bin/sh\n# real ostree; SIMULATED cut link on the first pull (fault ota-disconnect)\n"
-        f"case \" $* \" in *\" pull \"*) [ -e {marker} ] || {{\n"
-        f"  touch {marker}\n"
-        f"  {real} \"$@\" & pid=$!\n"
+        "# SIMULATED cut link on the first pull (fault ota-disconnect)\n"
+        f"case \" $* \" in *\" pull \"*) [ -e /sysroot/{marker.name} ] || {{\n"
+        f"  touch /sysroot/{marker.name}\n"
+        "  \"$real\" \"$@\" & pid=$!\n"
         "  while kill -0 $pid 2>/dev/null; do\n"
-        f"    if find {sysroot_path}/ostree/repo/tmp -path '*staging*' -type f 2>/dev/null | grep -q .; then\n"
+        "    if find /sysroot/ostree/repo/tmp -path '*staging*' -type f 2>/dev/null | grep -q .; then\n"
         "      kill -9 $pid; echo 'error: Connection reset by peer (simulated: ota-disconnect)' >&2; exit 1\n"
         "    fi\n"
         "  done\n"
         "  wait $pid; exit $?; } ;;\n"
-        "esac\n"
-        f"exec {real} \"$@\"\n")
+        "esac\n")
 
 
 def main(argv: list[str]) -> int:

@@ -45,6 +45,14 @@ def ostree_rootfs(image_rootfs: Path, out: Path, branch: str) -> list[str]:
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(image_rootfs, out, symlinks=True)
+    # what a real IMAGE_ROOTFS has and the synthetic one lacks: base-files' top-level directories and the
+    # usrmerge links (image_types_ostree.bbclass:5 REQUIRED_DISTRO_FEATURES = "usrmerge"); lib64 is the
+    # loader path of the simulator's host (x86-64), whose programs the virtual sota board runs
+    for d in ("dev", "proc", "sys", "run", "tmp", "boot", "var"):
+        (out / d).mkdir(exist_ok=True)
+    for link, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
+        if not (out / link).exists() and not (out / link).is_symlink():
+            os.symlink(target, out / link)
     dropped: list[str] = []
     for rel in ("var/lib", "var/cache"):
         _rmdir_helper(out, rel, dropped)
