@@ -44,6 +44,7 @@ from pathlib import Path  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from provisioner.sim import ostree_board  # noqa: E402
 from tests.fleet.artserver import ArtifactServer  # noqa: E402
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run  # noqa: E402
 from tests.ota import otafleet as of  # noqa: E402
@@ -152,14 +153,16 @@ def small_releases(base: Path, rootfs: Path) -> tuple[Path, str, Path, str, Path
 
 
 def watch_rollback(fleet, name: str, c1: str, stop: threading.Event, out: dict) -> None:
-    """From the armed trial (staged and about to reboot) to booted on c1 again with nothing armed."""
+    """From the new deployment staged (its entry on the ESP, about to reboot) to booted on c1 again with the
+    failed deployment gone (one entry left)."""
     b = fleet.boards[name]
-    trial = b.dir / "sysroot" / "boot" / "edge-llm-ota-trial"
+    entries = ostree_board.esp(b) / "loader" / "entries"
     while not stop.is_set():
         now = time.monotonic()
-        if "armed" not in out and trial.exists():
+        n = len(list(entries.glob("*.conf"))) if entries.is_dir() else 0
+        if "armed" not in out and n > 1:
             out["armed"] = now
-        elif "armed" in out and not trial.exists() and of.booted(fleet, name) == c1:
+        elif "armed" in out and n == 1 and of.booted(fleet, name) == c1:
             out["back"] = now
             return
         time.sleep(0.05)

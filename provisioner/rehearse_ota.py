@@ -37,9 +37,8 @@ if TYPE_CHECKING:
 
 IMAGE = "qcom-multimedia-image"
 RUNTIME_FILE = "usr/bin/edge-llm-serve"      # what the runtime-only change rebuilds
-# the virtual board's side of update-os: its sysroot and reboot as provisioner.sim.host binds them
-SIM_VARS = {"edge_llm_update_os_sysroot": "/run/edge-llm-sim/sysroot",
-            "edge_llm_update_os_reboot_command": "/run/edge-llm-sim/reboot",
+# the virtual board's side of update-os: its reboot as provisioner.sim.host provides it
+SIM_VARS = {"edge_llm_update_os_reboot_command": "/run/edge-llm-sim/reboot",
             "edge_llm_update_os_reboot_timeout": 60}
 
 
@@ -190,6 +189,7 @@ class OtaRehearsal:
         shutil.rmtree(rel, ignore_errors=True)
         rel.mkdir(parents=True)
         ota = collect(tarball, rel, machine)
+        ota["kargs"] = [f"qcom_scm.download_mode={int(lane.manifest.image.download_mode)}"]   # as the build does
         (rel / "release.json").write_text(json.dumps({"format": 1, "release": release_id, "board": lane.board.id,
                                                       "ota": ota}, indent=2) + "\n", encoding="utf-8")
         return rel, commit

@@ -170,6 +170,7 @@ def update_os_cmd(inventory: Path, limit: str | None, report: Path | None, extra
     _run("update-os", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
          extra_vars={"edge_llm_update_os_repo_url": repo_url, "edge_llm_update_os_branch": target.branch,
                      "edge_llm_update_os_commit": target.commit, "edge_llm_update_os_board": target.board,
+                     "edge_llm_update_os_kargs": list(target.kargs),
                      "edge_llm_update_os_serial": serial,
                      "edge_llm_update_os_max_fail_percentage": max_fail_percentage,
                      "edge_llm_expected_build_id": target.build_id})

@@ -234,7 +234,7 @@ class EventCollector:
                 o.changed += 1
             o.bytes_downloaded += int(event.get("bytes_downloaded") or 0)
             o.payloads.extend(payloads_of(event))
-            if status == "unreachable":
+            if status == "unreachable" and not event.get("ignored"):
                 o.status = "unreachable"
                 o.msg = event.get("msg") or "unreachable"
                 o.failed_task = event.get("task")

@@ -185,6 +185,8 @@ def write_release(
         if ota is not None:
             tarball, collector = ota
             data["ota"] = collector(Path(tarball), staging, manifest.board.kas_machine)
+            # the kernel arguments an update must carry (provisioner.ota.commit.OtaTarget.kargs says why)
+            data["ota"]["kargs"] = [f"qcom_scm.download_mode={int(manifest.image.download_mode)}"]
         _atomic_write_json(staging / RELEASE_JSON, data)
         _swap_into_place(staging, final)
     except BaseException:

@@ -159,6 +159,16 @@ class OtaTarget:
     branch: str
     board: str
     build_id: str
+    #: kernel arguments NAME=VALUE the release sets: ``OSTREE_KERNEL_ARGS`` reach the first deployment only
+    #: (meta-updater @ f0e1ccaf classes/image_types_ota.bbclass:82-95), and ``ostree admin deploy`` copies the
+    #: running deployment's arguments unless given ``--karg`` (ostree v2026.1 src/ostree/ot-admin-builtin-deploy.c:
+    #: 169-200), so a release that changes one (download_mode, sota_qcom.bbclass:12 KERNEL_CMDLINE_EXTRA) must
+    #: carry it to update-os
+    kargs: tuple[str, ...] = ()
+
+
+#: one kernel argument update-os may set: NAME=VALUE, nothing a shell or the BLS options line would split
+KARG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}=[A-Za-z0-9_.,:/+=-]{0,200}$")
 
 
 def _bad(where: Path, what: str) -> ArtifactError:
@@ -203,4 +213,7 @@ def ota_target(data: Mapping[str, Any], where: Path) -> OtaTarget:
     build_id = data.get("release")
     if not isinstance(build_id, str) or not RELEASE_ID_RE.match(build_id):
         raise _bad(where, f"'release' is not a release id (lowercase letters, digits, . _ -): {build_id!r:.80}")
-    return OtaTarget(commit=ota["commit"], branch=ota["branch"], board=board, build_id=build_id)
+    kargs = ota.get("kargs", [])
+    if not isinstance(kargs, list) or not all(isinstance(a, str) and KARG_RE.match(a) for a in kargs):
+        raise _bad(where, f"'ota.kargs' is not a list of NAME=VALUE kernel arguments: {kargs!r:.80}")
+    return OtaTarget(commit=ota["commit"], branch=ota["branch"], board=board, build_id=build_id, kargs=tuple(kargs))

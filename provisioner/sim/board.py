@@ -31,7 +31,7 @@ DEFAULT_ROOT = "/var/tmp/edge-llm-sim"
 STATES = ("off", "edl", "booting", "booted", "ramdump")
 FAULTS = ("no-burst", "memlock", "qairt-mismatch", "no-fastrpc-group", "truncated-model", "wrong-soc-model",
           "soc-config-14001", "unreachable", "slow", "edl-drop", "no-prompt",
-          "ota-no-boot", "ota-bad-npu", "ota-disconnect")      # provisioner.sim.ostree_board
+          "ota-no-boot", "ota-bad-npu", "ota-disconnect", "ota-reboot-in-gate")   # sim.ostree_board
 DEFAULT_LUN_MIB = 64
 DEFAULT_LUN0_MIB = 256           # LUN0 holds efi + rootfs; bigger so a synthetic rootfs always fits
 DEFAULT_ROOT_PASSWORD = "oelinux123"   # QLI 2.0's default (qcom-minimal-image); sim boards only

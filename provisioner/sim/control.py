@@ -294,6 +294,10 @@ def down(root: str | os.PathLike[str] | None = None, *, keep_cache: bool = True)
         report["unmounted"].append(mnt)
     for vb in boards:
         sysfs.remove_usb_device(root_p, vb.slot)
+    # ostree sets the immutable bit on each deployment it writes: cleared, or nobody could remove them
+    from provisioner.sim import ostree_board
+
+    ostree_board.unfreeze(root_p / "boards")
     for name in ("boards", "sysfs", "bin", "ssh", "run"):
         shutil.rmtree(root_p / name, ignore_errors=True)
     for name in ("inventory.yml", supervisor.PIDFILE):

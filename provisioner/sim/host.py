@@ -879,13 +879,15 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     _write(upper / "hostname", (board.data.get("hostname") or board.serial.lower()) + "\n")
     for rel in ("os-release", "hostname"):
         generated[f"etc/{rel}"] = _sha(upper / rel)
-    for sub in ("edge-llm", "security/limits.d", "systemd/system", "systemd/system.conf.d"):
+    # the board's own /etc directories, written through to its rootfs (its booted deployment's /etc on a sota
+    # board, where `ostree admin deploy` merges them from: the remote update-os adds lives in etc/ostree)
+    own = ("edge-llm", "security/limits.d", "systemd") + (("ostree",) if sota else ())
+    for sub in ("edge-llm", "security/limits.d", "systemd/system", "systemd/system.conf.d", *own[3:]):
         (r / "etc" / sub).mkdir(parents=True, exist_ok=True)
         (upper / sub).mkdir(parents=True, exist_ok=True)
     _overlay("/etc", upper, hd / "etc-work")
-    _bind(r / "etc/edge-llm", "/etc/edge-llm")
-    _bind(r / "etc/security/limits.d", "/etc/security/limits.d")
-    _bind(r / "etc/systemd", "/etc/systemd")
+    for sub in own:
+        _bind(r / "etc" / sub, f"/etc/{sub}")
 
     # /opt and /usr
     opt = board.rootfs_dir / "opt"          # /opt is not in an OSTree commit: it stays the board's own

@@ -37,7 +37,7 @@ from provisioner.sim.board import VirtualBoard
 
 OSNAME = "nodistro"              # meta-updater classes/sota.bbclass:26: OSTREE_OSNAME ?= "nodistro"
 REMOTE = "edge-llm"
-OTA_FAULTS = ("ota-no-boot", "ota-bad-npu", "ota-disconnect")
+OTA_FAULTS = ("ota-no-boot", "ota-bad-npu", "ota-disconnect", "ota-reboot-in-gate")
 OSTREE = "/usr/bin/ostree"
 #: sota.bbclass:30 OSTREE_KERNEL_ARGS_COMMON and sota_qcom.bbclass:12 OSTREE_KERNEL_ARGS (its console=); the
 #: image's own KERNEL_CMDLINE_EXTRA (download_mode, ...) follows, from the flashed rootfs's command line
@@ -158,7 +158,8 @@ def choose_boot(board: VirtualBoard) -> dict[str, Any] | None:
 def unfreeze(path: Path) -> None:
     """Clear ostree's immutable bit on every deployment under ``path`` (``ostree admin deploy`` sets it on the
     deployment's root directory), so the folder can be removed with ``rm -rf`` again."""
-    for dep in Path(path).glob("**/ostree/deploy/*/deploy/*"):
+    deployments = "sysroot/ostree/deploy/*/deploy/*"          # under a board dir, a boards dir or a sim root
+    for dep in (d for depth in ("", "*/", "*/*/") for d in Path(path).glob(depth + deployments)):
         if dep.is_dir() and not dep.is_symlink():
             subprocess.run(["chattr", "-i", str(dep)], capture_output=True, check=False)
 

@@ -33,6 +33,7 @@ import random
 import re
 import resource
 import struct
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -988,6 +989,20 @@ _MAINS = {"litert_lm_main": litert_lm_main, "genie-t2t-run": genie_t2t_run,
           "qnn-platform-validator": qnn_platform_validator}
 
 
+def _reboot_in_gate(view: BoardView, sim_dir: str | os.PathLike[str]) -> None:
+    """Fault ``ota-reboot-in-gate``: the first runtime run on an updated deployment power-cycles the board
+    (a power cut in the middle of update-os's health gate); once per board, marked in its sysroot."""
+    ota = view.state.get("ostree") or {}
+    booted = (ota.get("booted") or {}).get("checksum")
+    marker = Path("/sysroot/.edge-llm-sim-gate-reboot")
+    if "ota-reboot-in-gate" not in view.faults or not booted or booted == ota.get("factory") or marker.exists():
+        return
+    marker.touch()
+    subprocess.Popen([str(Path(sim_dir) / "reboot")], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(120)                        # the namespace goes down under this process
+
+
 def main(name: str, argv: list[str], *, sim_dir: str | os.PathLike[str] = SIM_DIR,
          out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Entry point of the rootfs executables: run stand-in ``name`` with ``argv``; returns the exit code."""
@@ -998,6 +1013,7 @@ def main(name: str, argv: list[str], *, sim_dir: str | os.PathLike[str] = SIM_DI
     except (OSError, ValueError):
         print(f"{name}: cannot execute binary file: Exec format error (not on a virtual board)", file=err)
         return 126
+    _reboot_in_gate(view, sim_dir)
     try:
         return _MAINS[name](argv, out, err, view)
     except RuntimeFailure as failure:

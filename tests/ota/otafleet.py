@@ -20,8 +20,7 @@ from tests.fleet.simfleet import SimFleet
 
 BRANCH = "iq-8275-evk"           # OSTREE_BRANCHNAME ?= SOTA_HARDWARE_ID ??= MACHINE (meta-updater sota.bbclass)
 IMAGE = "qcom-multimedia-image"
-SIM_VARS = {"edge_llm_update_os_sysroot": "/run/edge-llm-sim/sysroot",
-            "edge_llm_update_os_reboot_command": "/run/edge-llm-sim/reboot",
+SIM_VARS = {"edge_llm_update_os_reboot_command": "/run/edge-llm-sim/reboot",
             "edge_llm_update_os_reboot_timeout": 40}
 
 
@@ -97,3 +96,10 @@ def deployments(fleet: SimFleet, name: str) -> list[str]:
 def booted(fleet: SimFleet, name: str) -> str:
     b = fleet.boards[name].reload()
     return ((b.data.get("ostree") or {}).get("booted") or {}).get("checksum", "")
+
+
+def record(fleet: SimFleet, name: str) -> dict:
+    """The board's update-os record (its /var/lib/edge-llm/update-os.json, in the stateroot's /var)."""
+    var = ostree_board.sysroot(fleet.boards[name]) / "ostree/deploy" / ostree_board.OSNAME / "var"
+    f = var / "lib/edge-llm/update-os.json"
+    return json.loads(f.read_text()) if f.is_file() else {}

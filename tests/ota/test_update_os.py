@@ -1,4 +1,4 @@
-"""fleet update-os on virtual boards with real OSTree sysroots (only the bootloader is simulated)."""
+"""fleet update-os on virtual sota boards (real OSTree sysroots and ESP; the firmware is simulated)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert rows["good-8275"]["verdict"] == "pass", rows["good-8275"]
     assert of.booted(fleet, "good-8275") == c2
-    assert not (fleet.boards["good-8275"].dir / "sysroot/boot/edge-llm-ota-trial").exists()
+    assert "pending" not in of.record(fleet, "good-8275")
     assert rows["noboot-8275"]["reason"].startswith(f"update to {c2[:12]} rolled back: the new deployment")
     assert "did not boot" in rows["noboot-8275"]["reason"]
     assert rows["noboot-8275"]["details"]["update_os"]["outcome"] == "rolled back"
@@ -132,7 +132,7 @@ def test_max_fail_percentage_stops_the_rollout_before_the_next_batch(ota):
     assert rows["mf2-good-8275"]["verdict"] == "pass" and of.booted(fleet, "mf2-good-8275") == c2
     assert of.booted(fleet, "mf3-good-8275") == c1                 # the next batch: never touched
     assert of.deployments(fleet, "mf3-good-8275") == [c1]
-    assert not (fleet.boards["mf3-good-8275"].dir / "sysroot/boot/edge-llm-ota-trial").exists()
+    assert of.record(fleet, "mf3-good-8275") == {}
     assert rows.get("mf3-good-8275", {}).get("changed", 0) == 0
 
 
@@ -202,7 +202,7 @@ def test_killed_update_reruns_to_a_clean_deployment(ota):
     assert rows["killed-8275"]["verdict"] == "pass", rows["killed-8275"]
     assert of.booted(fleet, "killed-8275") == c2
     assert of.deployments(fleet, "killed-8275") == sorted([c1, c2])      # one of each, nothing half-deployed
-    assert not (fleet.boards["killed-8275"].dir / "sysroot/boot/edge-llm-ota-trial").exists()
+    assert "pending" not in of.record(fleet, "killed-8275")
     assert not list((fleet.boards["killed-8275"].dir / "sysroot/ostree/repo/state").glob("*.commitpartial"))
 
 

@@ -11,10 +11,10 @@ from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import
 
 
 class ActionModule(BoardAction):
-    _VALID_ARGS = frozenset(("mode", "commit", "sysroot", "trial_file", "branch", "repo_url", "remote", "osname",
-                             "pull_retries", "pull_delay"))
-    VARIABLES = {"commit": "edge_llm_update_os_commit", "sysroot": "edge_llm_update_os_sysroot",
-                 "trial_file": "edge_llm_update_os_trial_file", "branch": "edge_llm_update_os_branch",
+    _VALID_ARGS = frozenset(("mode", "commit", "branch", "repo_url", "remote", "osname", "kargs", "state_file",
+                             "why", "pull_retries", "pull_delay"))
+    VARIABLES = {"commit": "edge_llm_update_os_commit", "kargs": "edge_llm_update_os_kargs",
+                 "state_file": "edge_llm_update_os_state_file", "branch": "edge_llm_update_os_branch",
                  "repo_url": "edge_llm_update_os_repo_url", "remote": "edge_llm_update_os_remote",
                  "osname": "edge_llm_update_os_osname", "pull_retries": "edge_llm_update_os_pull_retries"}
 

@@ -16,10 +16,10 @@ from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import
 
 
 class ActionModule(BoardAction):
-    _VALID_ARGS = frozenset(("expect", "commit", "sysroot", "trial_file", "api", "serve_bind", "serve_port_base",
+    _VALID_ARGS = frozenset(("expect", "commit", "state_file", "api", "serve_bind", "serve_port_base",
                              "health_retries", "health_delay", "health_timeout", "prompt", "max_tokens"))
-    VARIABLES = {"commit": "edge_llm_update_os_commit", "sysroot": "edge_llm_update_os_sysroot",
-                 "trial_file": "edge_llm_update_os_trial_file", "api": "edge_llm_update_os_api",
+    VARIABLES = {"commit": "edge_llm_update_os_commit", "state_file": "edge_llm_update_os_state_file",
+                 "api": "edge_llm_update_os_api",
                  "serve_bind": "edge_llm_serve_bind", "serve_port_base": "edge_llm_serve_port_base",
                  "health_retries": "edge_llm_update_os_health_retries",
                  "health_delay": "edge_llm_update_os_health_delay", "prompt": "edge_llm_update_os_prompt"}
@@ -39,14 +39,18 @@ class ActionModule(BoardAction):
         except Exception as exc:  # ValueError, or a UserError from the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_update_os_gate: {exc}") from exc
         commit = str(args.get("commit") or "")
-        sysroot = args.get("sysroot") or "/sysroot"
-        state = self._module("edge_llm.fleet.ostree", {"mode": "state", "commit": commit,
-                                                       "sysroot": sysroot,
-                                                       "trial_file": args.get("trial_file")}, task_vars)
+        where = {"commit": commit, **({"state_file": args["state_file"]} if args.get("state_file") else {})}
+        state = self._module("edge_llm.fleet.ostree", {"mode": "state", **where}, task_vars)
         if state.get("unreachable") or state.get("failed"):
             return state
-        booted = (state.get("state") or {}).get("booted") or ""
+        facts = state.get("state") or {}
+        booted = facts.get("booted") or ""
         result["changed"] = False
+        pending = (facts.get("record") or {}).get("pending") or {}
+        if pending.get("commit") == commit and pending.get("phase") == "rolling back":
+            # a rollback a killed controller left half done: finish it for the reason it had
+            result.update(failed=True, msg=str(pending.get("why") or "rolled back"))
+            return result
         if booted != commit:
             result.update(failed=True, msg=f"the new deployment {commit[:12]} did not boot; boot counting fell "
                                            f"back to {booted[:12] or '(none)'}")
@@ -82,9 +86,8 @@ class ActionModule(BoardAction):
         if not verdict["ok"]:
             result.update(failed=True, msg="; ".join(verdict["failures"]))
             return result
-        # passed: commit in the same task (disarm boot counting), so a healthy board costs no extra task
-        done = self._module("edge_llm.fleet.ostree", {"mode": "commit", "commit": commit, "sysroot": sysroot,
-                                                      "trial_file": args.get("trial_file")}, task_vars)
+        # passed: commit in the same task (the update ends), so a healthy board costs no extra task
+        done = self._module("edge_llm.fleet.ostree", {"mode": "commit", **where}, task_vars)
         if done.get("unreachable"):
             return done
         if done.get("failed"):

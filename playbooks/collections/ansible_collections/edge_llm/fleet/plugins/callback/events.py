@@ -82,7 +82,9 @@ class CallbackModule(CallbackBase):
         self._result(result, "failed", ignored=bool(ignore_errors))
 
     def v2_runner_on_unreachable(self, result):
-        self._result(result, "unreachable")
+        # a task with ignore_unreachable (update-os's gate, which waits for a board that rebooted under it)
+        # does not make the board unreachable for the report
+        self._result(result, "unreachable", ignored=bool(getattr(result._task, "ignore_unreachable", False)))
 
     def v2_runner_on_skipped(self, result):
         self._result(result, "skipped")

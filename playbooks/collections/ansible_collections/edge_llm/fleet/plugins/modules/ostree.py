@@ -1,10 +1,16 @@
 #!/usr/bin/python
-"""Board side of fleet update-os: the board's OSTree state, staging a commit, committing or rolling back.
+"""Board side of fleet update-os: the booted OSTree state, staging a commit, committing or rolling back.
 
 One module call per step instead of a shell/command task per ``ostree`` invocation: the board runs
 the real ``ostree`` CLI and answers with JSON. Stdlib only (a QLI image has no pip). Which commit,
 branch and repository to use, and what counts as up to date for the fleet, come from the controller
 (the role's arguments); this module only executes and reports facts.
+
+Every ``ostree admin`` call uses the default sysroot, ``/``: only then does ostree treat the system as booted
+(ostreedev/ostree v2026.1 src/libostree/ostree-sysroot.c:1159-1175: ``/run/ostree-booted`` present and ``/``
+the sysroot), find the booted deployment (:898-930), merge the booted deployment's ``/etc`` into the new one
+and write its entries to ``/boot``, where QLI mounts the ESP systemd-boot reads (uptane/meta-updater @
+f0e1ccaf classes/image_types_ota.bbclass:124-136). ``--sysroot=/sysroot`` has none of that.
 """
 
 from __future__ import annotations
@@ -12,46 +18,49 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: ostree
-short_description: Read, stage, commit or roll back an OSTree deployment on a board
+short_description: Read, stage, commit or roll back an OSTree deployment on a booted board
 description:
-  - O(mode=state) reports the booted deployment (the one the kernel command line's C(ostree=) names, which
-    ostree-prepare-root follows), the deployments C(ostree admin status) lists (default first), whether the
-    commit is complete in the board's repository, and the armed trial (boot counting).
-  - O(mode=stage) refuses a board that did not boot an OSTree deployment (no C(ostree=) kernel argument), points
-    the remote at O(repo_url) (replacing an older URL), pulls the commit (a static delta when the repository has
-    one; a cut pull resumes from the repository's staging directory, retried), deploys it and arms boot counting.
-    An up-to-date board (booted on the commit, no trial armed) gets only the remote's URL corrected. Returns the
-    pull summary ostree printed.
-  - O(mode=commit) disarms boot counting: the booted deployment stays the default.
-  - O(mode=rollback) undeploys the failed deployment (the previous one is the default again) and disarms boot
-    counting; RV(reboot) says whether the board still runs the failed deployment.
+  - O(mode=state) reports the deployments C(ostree admin status) lists (default first) and the booted one (marked
+    C(*)), whether the commit is complete in the board's repository, the boot id, and the update-os record.
+  - O(mode=stage) refuses a board that did not boot an OSTree deployment, points the remote at O(repo_url)
+    (replacing an older URL), pulls the commit (a static delta when the repository has one; a cut pull resumes
+    from the repository's staging directory, retried), records the update (commit, the deployment it replaces,
+    the boot id) and deploys the commit as the default with O(kargs) set (C(ostree admin deploy --karg)).
+    Boot counting is ostree's and systemd-boot's own (the new entry is named with its tries). An up-to-date
+    board gets only the remote's URL corrected; a commit this board rolled back before is not tried again.
+  - O(mode=commit) ends the update: the gate passed on the booted commit.
+  - O(mode=rollback) on the failed deployment makes the previous one the default (C(ostree admin set-default));
+    RV(reboot) is then true. Once the board runs the previous deployment it removes the failed one
+    (C(ostree admin undeploy)) and records the commit as rolled back with O(why).
   - Check mode reports what would change and touches nothing.
   - Through its action plugin, an option the task does not pass is read from the matching
-    C(edge_llm_update_os_*) variable (commit, sysroot, trial_file, branch, repo_url, remote, osname, pull_retries).
+    C(edge_llm_update_os_*) variable (commit, branch, repo_url, remote, osname, kargs, state_file, pull_retries).
 options:
   mode: {type: str, required: true, choices: [state, stage, commit, rollback], description: What to do.}
   commit: {type: str, required: true, description: The release's commit (64 hex digits).}
-  sysroot: {type: str, default: /sysroot, description: The physical root of the OSTree-booted board.}
-  trial_file: {type: str, required: true, description: Boot counting is armed while this file names a commit.}
   branch: {type: str, default: '', description: The release's branch (OSTREE_BRANCHNAME; stage).}
   repo_url: {type: str, default: '', description: The published repository as the board reaches it (stage).}
   remote: {type: str, default: edge-llm, description: Name of the remote in the board's repository.}
   osname: {type: str, default: nodistro, description: The deployment's stateroot (OSTREE_OSNAME).}
+  kargs: {type: list, elements: str, default: [], description: Kernel arguments NAME=VALUE the release sets.}
+  state_file: {type: str, default: /var/lib/edge-llm/update-os.json, description: The board's update-os record.}
+  why: {type: str, default: '', description: Why the gate failed (rollback).}
   pull_retries: {type: int, default: 3, description: Extra pull attempts after a failed one (stage).}
   pull_delay: {type: int, default: 1, description: Seconds between pull attempts.}
 author: edge-llm provisioner
 """
 
 EXAMPLES = r"""
-# commit, branch, repo_url, trial_file, ... from the edge_llm_update_os_* variables
+# commit, branch, repo_url, kargs, ... from the edge_llm_update_os_* variables
 - name: Stage the release's commit
   edge_llm.fleet.ostree:
     mode: stage
 """
 
 RETURN = r"""
-state: {description: booted, deployments (list), have, trial, as read before acting., returned: always, type: dict}
-up_to_date: {description: The board boots the commit and no trial is armed (stage)., returned: stage, type: bool}
+state: {description: booted, deployments (list), have, boot_id and record as read before acting., returned: always,
+        type: dict}
+up_to_date: {description: The board boots the commit and no update is pending (stage)., returned: stage, type: bool}
 reboot: {description: The board must reboot (into the staged commit; out of the failed one)., returned: always,
          type: bool}
 pull: {description: The pull summary ostree printed (empty when nothing was pulled)., returned: always, type: str}
@@ -59,6 +68,7 @@ edge_llm: {description: kind update-os payload for the fleet report (outcome, fr
            type: dict}
 """
 
+import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -68,9 +78,15 @@ import time  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{64}$")
-DEPLOYMENT_RE = re.compile(r"\b([0-9a-f]{64})\.[0-9]+\b")
+KARG_RE = re.compile(r"^[A-Za-z0-9_.-]+=[^\s\"']*$")
+#: one `ostree admin status` deployment line: "* nodistro <checksum>.<serial>" (booted), "  nodistro ..." else
+STATUS_RE = re.compile(r"^(\*?)\s*(\S+)\s+([0-9a-f]{64})\.([0-9]+)")
+REPO = "/ostree/repo"            # the booted system's repository: /ostree -> sysroot/ostree (image_types_ostree:56)
+BOOTED_FLAG = "/run/ostree-booted"            # OSTREE_PATH_BOOTED, src/libostree/ostree-sysroot.h:33
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 INPUTS_MSG = ("update-os needs the release's OSTree commit, branch and the repository URL "
               "(provisioner fleet update-os --release)")
+STAGED, ROLLING_BACK = "staged", "rolling back"
 
 
 def ostree_exe():
@@ -86,109 +102,129 @@ def run(argv):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def ostree_karg():
-    """The kernel's ``ostree=`` argument: what ostree-prepare-root boots, so a board without it is not an
-    OSTree board (ostree docs, "Deployments" and ostree-prepare-root.service)."""
+def read_text(path):
     try:
-        with open("/proc/cmdline", encoding="utf-8") as fh:
-            args = fh.read().split()
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
     except OSError:
         return ""
-    return next((a[len("ostree="):] for a in args if a.startswith("ostree=")), "")
 
 
-def booted_checksum(sysroot):
-    """The deployment the kernel's ``ostree=`` argument names (ostree-prepare-root follows that link)."""
-    arg = ostree_karg()
-    if not arg:
-        return ""
-    path = os.path.join(sysroot, arg.lstrip("/"))
-    if not os.path.exists(path):
-        return ""
-    return os.path.basename(os.path.realpath(path)).split(".")[0]
+def read_record(path):
+    """The update-os record: {"pending": {commit, from, boot_id, phase, why}, "rolled_back": {commit: why}}."""
+    try:
+        data = json.loads(read_text(path) or "{}")
+    except ValueError:
+        data = {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_record(path, data):
+    """Written whole, then renamed: a reboot or a kill never leaves half a record."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def read_state(p):
-    """booted, deployments (default first), have (complete in the repo), trial."""
-    sysroot, commit = p["sysroot"], p["commit"]
-    repo = os.path.join(sysroot, "ostree/repo")
-    rc, out, err = run([ostree_exe(), "admin", f"--sysroot={sysroot}", "status"])
-    # a fresh sysroot has no deployment: status may fail or list nothing, both mean none
-    deployments = [] if rc != 0 else DEPLOYMENT_RE.findall(out)
-    have = (run([ostree_exe(), f"--repo={repo}", "show", commit])[0] == 0
-            and not os.path.exists(os.path.join(repo, "state", f"{commit}.commitpartial")))
-    try:
-        with open(p["trial_file"], encoding="utf-8") as fh:
-            trial = fh.read().strip()
-    except OSError:
-        trial = ""
-    return {"booted": booted_checksum(sysroot), "deployments": deployments, "have": have, "trial": trial}
+    """booted, deployments (default first), have (complete in the repo), boot_id, record, ostree_booted."""
+    commit = p["commit"]
+    rc, out, _err = run([ostree_exe(), "admin", "status"])
+    deployments, booted = [], ""
+    for line in out.splitlines() if rc == 0 else []:
+        m = STATUS_RE.match(line)
+        if m:
+            deployments.append(m.group(3))
+            if m.group(1):
+                booted = m.group(3)
+    have = (run([ostree_exe(), f"--repo={REPO}", "show", commit])[0] == 0
+            and not os.path.exists(os.path.join(REPO, "state", f"{commit}.commitpartial")))
+    return {"booted": booted, "deployments": deployments, "have": have, "boot_id": read_text(BOOT_ID).strip(),
+            "record": read_record(p["state_file"]), "ostree_booted": os.path.exists(BOOTED_FLAG)}
 
 
-def payload(outcome, state, commit, pull=""):
-    return {"kind": "update-os", "outcome": outcome, "from": state["booted"], "to": commit, "pull": pull}
+def payload(outcome, state, commit, pull="", **more):
+    return {"kind": "update-os", "outcome": outcome, "from": state["booted"], "to": commit, "pull": pull, **more}
 
 
 def fail(module, msg, state=None, **extra):
     module.fail_json(msg=msg, state=state or {}, **extra)
 
 
-def not_ostree_board(p, state):
-    """Why this board cannot take an OSTree update (None when it can): it did not boot an OSTree deployment."""
+def not_ostree_board(state):
+    """Why this board cannot take an OSTree update (None when it can)."""
     if state["booted"]:
         return None
-    arg = ostree_karg()
-    if not arg:
-        return ("not an OSTree board: its kernel command line has no ostree= argument (flash a "
+    if not state["ostree_booted"]:
+        return ("not an OSTree board: it did not boot an OSTree deployment (no /run/ostree-booted; flash a "
                 "qcom-distro-sota image first; update-os replaces whole OSTree images only)")
-    return (f"the kernel's ostree={arg} names no deployment under {p['sysroot']} "
-            "(set edge_llm_update_os_sysroot to the board's physical root)")
+    return "ostree admin status shows no booted deployment on this OSTree board"
 
 
-def remote_url(repo, remote):
+def remote_url(remote):
     """The URL the board's remote names now (``ostree remote show-url``, ostree-remote(1)); "" when none."""
-    rc, out, _err = run([ostree_exe(), f"--repo={repo}", "remote", "show-url", remote])
+    rc, out, _err = run([ostree_exe(), f"--repo={REPO}", "remote", "show-url", remote])
     return out.strip() if rc == 0 else ""
 
 
-def set_remote(module, repo, p, state):
+def set_remote(module, p, state):
     """Point the remote at this run's repository: a board keeps pulling from whatever URL its remote names,
     so one added for an earlier URL is replaced (``ostree remote add --force``: "Replace the provided remote
     if it exists", ostree-remote(1))."""
-    rc, _out, err = run([ostree_exe(), f"--repo={repo}", "remote", "add", "--force", "--no-gpg-verify",
+    rc, _out, err = run([ostree_exe(), f"--repo={REPO}", "remote", "add", "--force", "--no-gpg-verify",
                          p["remote"], p["repo_url"]])
     if rc != 0:
         fail(module, f"ostree remote add {p['remote']} {p['repo_url']}: {err.strip()[-300:]}", state)
 
 
+def pending(state, commit):
+    rec = state["record"].get("pending") or {}
+    return rec if rec.get("commit") == commit else {}
+
+
+def admin(module, state, *args):
+    """One ``ostree admin`` call on the booted sysroot (the default, ``/``); fails the task with its message."""
+    rc, out, err = run([ostree_exe(), "admin", *args])
+    if rc != 0:
+        fail(module, f"ostree admin {' '.join(args)[:120]}: {err.strip()[-300:]}", state)
+    return out
+
+
 def stage(module, p, state):
     commit = p["commit"]
-    why = not_ostree_board(p, state)
+    why = not_ostree_board(state)
     if why:
         fail(module, why, state)
-    repo = os.path.join(p["sysroot"], "ostree/repo")
-    moved = remote_url(repo, p["remote"]) != p["repo_url"]
+    earlier = (state["record"].get("rolled_back") or {}).get(commit)
+    if earlier is not None and state["booted"] != commit:
+        fail(module, f"update to {commit[:12]} was rolled back on this board before ({earlier}); not tried again",
+             state, edge_llm=payload("rolled back", state, commit, why=earlier))
+    moved = remote_url(p["remote"]) != p["repo_url"]
     if moved and not module.check_mode:
-        set_remote(module, repo, p, state)
-    up_to_date = state["booted"] == commit and state["trial"] != commit
+        set_remote(module, p, state)
+    rec = pending(state, commit)
+    up_to_date = state["booted"] == commit and not rec
     result = {"state": state, "up_to_date": up_to_date, "reboot": False, "pull": "", "changed": moved}
     if up_to_date:
         return dict(result, edge_llm=payload("up-to-date", state, commit))
-    if state["booted"] == commit:
-        # the controller stopped after the reboot into the trial: nothing to stage, the gate decides
+    if state["booted"] == commit or (rec and rec.get("boot_id") != state["boot_id"]):
+        # rebooted since the deploy (into it, or boot counting fell back): nothing to stage, the gate decides
         return dict(result, edge_llm=payload("staged", state, commit))
     result.update(changed=True, reboot=True)
-    todo = [s for s, need in (("remote", moved), ("pull", not state["have"]),
-                              ("deploy", commit not in state["deployments"]), ("arm", state["trial"] != commit))
-            if need]
+    at = state["deployments"].index(commit) if commit in state["deployments"] else -1
+    todo = [s for s, need in (("remote", moved), ("pull", not state["have"] and at < 0),
+                              ("deploy", at < 0), ("set-default", at > 0), ("record", not rec)) if need]
     if module.check_mode:
         return dict(result, would=todo, edge_llm=payload("would update", state, commit))
-    sysroot = p["sysroot"]
     pull = ""
     if "pull" in todo:
         # the static delta from the running commit is used when published; a cut pull resumes
         for attempt in range(max(0, p["pull_retries"]) + 1):
-            rc, out, err = run([ostree_exe(), f"--repo={repo}", "pull", p["remote"], f"{p['branch']}@{commit}"])
+            rc, out, err = run([ostree_exe(), f"--repo={REPO}", "pull", p["remote"], f"{p['branch']}@{commit}"])
             if rc == 0:
                 pull = out.strip()
                 break
@@ -197,75 +233,81 @@ def stage(module, p, state):
         else:
             fail(module, f"ostree pull {p['branch']}@{commit[:12]} failed {p['pull_retries'] + 1} times: "
                          f"{err.strip()[-300:]}", state)
+    # recorded before the deploy, so a controller killed right after it still knows what the board was on
+    write_record(p["state_file"], dict(state["record"], pending={
+        "commit": commit, "from": state["booted"], "boot_id": state["boot_id"], "phase": STAGED}))
     if "deploy" in todo:
-        # the new deployment becomes the default entry; the bootloader still counts its boot
-        rc, _out, err = run([ostree_exe(), "admin", f"--sysroot={sysroot}", "deploy", f"--os={p['osname']}",
-                             commit])
-        if rc != 0:
-            fail(module, f"ostree admin deploy {commit[:12]}: {err.strip()[-300:]}", state, pull=pull)
-    if "arm" in todo:
-        write_trial(p["trial_file"], commit)
+        # the booted deployment is the merge deployment: its /etc is merged in, its kernel arguments copied
+        # unless --karg replaces one (v2026.1 src/ostree/ot-admin-builtin-deploy.c:156-200); the new entry is
+        # the default, named with sysroot.boot-counting-tries (ostree-sysroot-deploy.c:1811-1829)
+        admin(module, state, "deploy", f"--os={p['osname']}", *(f"--karg={a}" for a in p["kargs"]), commit)
+    elif "set-default" in todo:
+        admin(module, state, "set-default", str(at))       # v2026.1 src/ostree/ot-admin-builtin-set-default.c
     return dict(result, pull=pull, edge_llm=payload("staged", state, commit, pull))
 
 
-def write_trial(path, commit):
-    """Arm boot counting for ``commit`` (written whole, then renamed: a reboot never sees half a file)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(commit + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
-def disarm(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
 def commit_mode(module, p, state):
-    changed = bool(state["trial"]) or os.path.exists(p["trial_file"])
+    rec = state["record"]
+    changed = bool(pending(state, p["commit"]))
     if changed and not module.check_mode:
-        disarm(p["trial_file"])
+        write_record(p["state_file"], {k: v for k, v in rec.items() if k != "pending"})
     return {"state": state, "reboot": False, "pull": "", "changed": changed,
             "edge_llm": {"kind": "update-os", "outcome": "updated", "to": p["commit"]}}
 
 
 def rollback(module, p, state):
+    """Out of a deployment that failed the gate, the way a booted ostree allows: the booted deployment cannot be
+    undeployed ("Cannot undeploy currently booted deployment", v2026.1 src/ostree/ot-admin-builtin-undeploy.c:
+    66-70), so the previous one becomes the default and the board reboots into it; the failed one is removed
+    once it no longer runs."""
     commit = p["commit"]
-    present = commit in state["deployments"]
-    changed = present or os.path.exists(p["trial_file"])
-    if not module.check_mode:
-        if present:
-            index = state["deployments"].index(commit)
-            rc, _out, err = run([ostree_exe(), "admin", f"--sysroot={p['sysroot']}", "undeploy", str(index)])
-            if rc != 0:
-                fail(module, f"ostree admin undeploy {index} ({commit[:12]}): {err.strip()[-300:]}", state)
-        disarm(p["trial_file"])
-    return {"state": state, "reboot": state["booted"] == commit, "pull": "", "changed": changed,
-            "edge_llm": {"kind": "update-os", "outcome": "rolled back", "to": commit}}
+    rec = pending(state, commit)
+    why = p["why"] or rec.get("why") or "health gate failed"
+    deps = state["deployments"]
+    others = [d for d in deps if d != commit]
+    base = {"state": state, "pull": "", "changed": False}
+    if state["booted"] == commit:
+        if not others:
+            fail(module, f"no previous deployment to roll back to from {commit[:12]}", state)
+        target = rec.get("from") if rec.get("from") in others else others[0]
+        if module.check_mode:
+            return dict(base, reboot=True, changed=True, edge_llm=payload("would roll back", state, commit))
+        write_record(p["state_file"], dict(state["record"], pending=dict(rec, commit=commit, phase=ROLLING_BACK,
+                                                                          why=why, to=target)))
+        if deps[0] != target:
+            admin(module, state, "set-default", str(deps.index(target)))
+        return dict(base, reboot=True, changed=True, edge_llm=payload("rolling back", state, commit, why=why))
+    changed = commit in deps or bool(rec)
+    if changed and not module.check_mode:
+        if commit in deps:
+            admin(module, state, "undeploy", str(deps.index(commit)))
+        done = dict(state["record"].get("rolled_back") or {}, **{commit: why})
+        write_record(p["state_file"], {**{k: v for k, v in state["record"].items() if k != "pending"},
+                                       "rolled_back": done})
+    return dict(base, reboot=False, changed=changed,
+                edge_llm=payload("rolled back", state, commit, why=why))
 
 
 def main():
     module = AnsibleModule(argument_spec={
         "mode": {"type": "str", "required": True, "choices": ["state", "stage", "commit", "rollback"]},
         "commit": {"type": "str", "required": True},
-        "sysroot": {"type": "str", "default": "/sysroot"},
-        "trial_file": {"type": "str", "required": True},
         "branch": {"type": "str", "default": ""},
         "repo_url": {"type": "str", "default": ""},
         "remote": {"type": "str", "default": "edge-llm"},
         "osname": {"type": "str", "default": "nodistro"},
+        "kargs": {"type": "list", "elements": "str", "default": []},
+        "state_file": {"type": "str", "default": "/var/lib/edge-llm/update-os.json"},
+        "why": {"type": "str", "default": ""},
         "pull_retries": {"type": "int", "default": 3},
         "pull_delay": {"type": "int", "default": 1},
     }, supports_check_mode=True)
     p = module.params
     if not COMMIT_RE.match(p["commit"] or "") or (p["mode"] == "stage" and not (p["branch"] and p["repo_url"])):
         module.fail_json(msg=INPUTS_MSG)
+    bad = [a for a in p["kargs"] or [] if not KARG_RE.match(a)]
+    if bad:
+        module.fail_json(msg=f"kernel arguments must be NAME=VALUE without spaces or quotes: {bad[0][:80]!r}")
     state = read_state(p)
     if p["mode"] == "state":
         module.exit_json(changed=False, state=state, reboot=False, pull="")
