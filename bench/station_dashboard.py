@@ -185,7 +185,8 @@ def dashboard_cost(release: Path, work: Path, *, rounds: int = 3, screenshots: P
           f"(goal < 5% more: {'met' if more < 5 else 'NOT met'})")
     sent = statistics.median(sender_cpu)
     print(f"dashboard: the station's added work measured directly, its live feed sender: {sent * 1000:.2f} ms CPU "
-          f"per board ({statistics.median(sender_calls):.0f} events per board) = {sent / off * 100:.1f}% of the "
+          f"per board ({statistics.median(sender_calls):.0f} events offered per board, fewer sent) = "
+          f"{sent / off * 100:.1f}% of the "
           "station's CPU without the dashboard (the A/B above includes this machine's noise)")
     print(f"dashboard: its own process {statistics.median(dash_cpu) * 1000:.1f} ms CPU per board, the browser "
           f"{statistics.median(browser_cpu) * 1000:.1f} ms per board (their own processes, not the station's)")

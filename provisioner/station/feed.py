@@ -31,8 +31,11 @@ from provisioner.steps import StepEvent
 
 #: the largest datagram sent; an event whose detail is larger is sent without its detail
 MAX_DATAGRAM = 16384
-#: the least time between two of one board's progress datagrams for the same partition
-PROGRESS_EVERY_S = 0.5
+#: the least time between two of one board's progress datagrams: for a new partition, for the same one
+PROGRESS_NEW_S = 0.25
+PROGRESS_SAME_S = 1.0
+#: not sent: step stops (durations) and qdl's pid are for the records, a page shows neither
+UNSENT_KINDS = ("stop", "process")
 
 
 def feed_dir(database: Path | str) -> Path:
@@ -80,16 +83,18 @@ class FeedSender:
         return self._targets
 
     def __call__(self, ev: StepEvent) -> None:
+        if ev.kind in UNSENT_KINDS and ev.step != "attempt":
+            return
         targets = self._listeners()
         if not targets:
             return
         if ev.kind == "progress" and ev.step == "flash" and "partition" in ev.detail:
-            # qdl's progress: every new partition goes, repeats for the same one a few times a second
-            now, where = time.monotonic(), (ev.detail.get("partition"), ev.detail.get("done"))
+            # qdl's progress: a page needs a new partition a few times a second, a rate once a second
+            now, part = time.monotonic(), ev.detail.get("partition")
             last = self._progress_sent.get(ev.serial or "")
-            if last is not None and last[1] == where and now - last[0] < PROGRESS_EVERY_S:
+            if last is not None and now - last[0] < (PROGRESS_NEW_S if part != last[1] else PROGRESS_SAME_S):
                 return
-            self._progress_sent[ev.serial or ""] = (now, where)
+            self._progress_sent[ev.serial or ""] = (now, part)
         msg = ev.as_dict()
         msg["attempt"] = self.attempts.get(ev.serial or "")
         data = json.dumps(msg, default=str).encode()
