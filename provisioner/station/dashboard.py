@@ -377,8 +377,8 @@ class DashboardServer:
             self._loop.close()
             raise StationError(f"cannot serve the dashboard on {self.settings.bind}:{self.settings.port}: "
                                f"{exc.strerror or exc}", "pick another --port or stop what uses it") from None
-        server = getattr(site, "_server", None)
-        port = server.sockets[0].getsockname()[1] if server and server.sockets else self.settings.port
+        # the bound port (``--port 0`` picks one): BaseRunner.addresses, aiohttp 3.14 web_runner.py:284
+        port = self._runner.addresses[0][1] if self._runner.addresses else self.settings.port
         host = f"[{self.settings.bind}]" if ":" in self.settings.bind else self.settings.bind
         self.url = f"http://{host}:{port}/"
         self._thread = threading.Thread(target=self._loop.run_forever, name="dashboard", daemon=True)
