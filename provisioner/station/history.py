@@ -114,6 +114,8 @@ class CentralHistoryReader:
                limit: int = 200) -> list[dict[str, Any]]:
         if time.monotonic() >= self._down_until:
             try:
+                # a new connection per search (connect_timeout bounds it); a kept one could hang on
+                # a server that stopped answering, and with it the dashboard
                 rows = self.central.history(serial=serial, release=release, outcome=result, limit=limit,
                                             contains=True)
             except StationError as exc:
@@ -121,6 +123,7 @@ class CentralHistoryReader:
                 self._down_until = time.monotonic() + self.retry_s
             else:
                 self.error = None
+                self.central.close()
                 own = self._own_db()
                 return [r if r.get("station_db") == own else r | {"log_path": None} for r in rows]
         return [r | {"station": self.station} for r in

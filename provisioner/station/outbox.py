@@ -158,6 +158,7 @@ class Forwarder:
         self.status = ForwardStatus(backlog=self.outbox.backlog())
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._final = True
         self._busy = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="records-forwarder", daemon=True)
 
@@ -186,11 +187,12 @@ class Forwarder:
 
     def _loop(self) -> None:
         delay = self.interval_s
-        while not self._stop.is_set():
+        while True:
             self._wake.wait(delay)
             self._wake.clear()
-            if self._stop.is_set():
-                break
+            stopping = self._stop.is_set()
+            if stopping and not (self._final and self.status.error is None):
+                return
             was_down = self.status.error is not None
             if self._attempt():
                 if was_down:
@@ -199,15 +201,34 @@ class Forwarder:
                 delay = self.interval_s
             else:
                 delay = min(self.max_backoff_s, max(delay * 2, self.interval_s))
+            if stopping:
+                return
 
     def close(self, *, final: bool = True) -> ForwardStatus:
-        """Stop the thread; ``final`` sends what is pending once more, unless the server was
-        unreachable at the last try (then the backlog waits for the next run, without delay)."""
+        """Stop the thread; ``final`` has it send what is pending once more, unless the server
+        was unreachable at its last try (then the backlog waits for the next run, without delay).
+
+        A server that accepted the connection and then stopped answering (a hung or stopped
+        host: the kernel still acknowledges, so no TCP timeout fires) would hold the thread
+        forever; the station waits for it only as long as one connect plus one statement may
+        take, then leaves it (a daemon thread ends with the process) and reports the backlog.
+        """
+        self._final = final
         self._stop.set()
         self._wake.set()
-        self._thread.join()
-        if final and self.status.error is None:
-            self._attempt()
+        s = self.settings
+        limit = s.connect_timeout_s + s.statement_timeout_ms / 1000
+        self._thread.join(timeout=limit + 1)
+        if self._thread.is_alive():
+            line = f"central records {s.describe()} did not answer within {limit:.0f} s"
+            self.report(line)
+            self.status.error = line
+            waiting = Outbox(self.db_path)  # the thread still holds its own connection
+            try:
+                self.status.backlog = waiting.backlog()
+            finally:
+                waiting.close()
+            return self.status
         with contextlib.suppress(sqlite3.Error):
             self.status.backlog = self.outbox.backlog()
         self.central.close()

@@ -2,9 +2,9 @@
 
 Why not the system cluster: tests must kill the server with SIGKILL and restart it, and must not
 touch anything the machine runs. So ``initdb`` makes a cluster in a temporary folder and the
-``postgres`` binary serves it on a free loopback port, in its own session (``killpg`` then takes
-the postmaster and every backend down at once, as a power cut of the server would, minus the
-disk). The server refuses to run as root (docs/15/server-start.html), so as root the cluster
+``postgres`` binary serves it on a free loopback port; :meth:`PgServer.kill` takes the postmaster
+and every child down at once with SIGKILL, as a power cut of the server would (minus the disk).
+The server refuses to run as root (docs/15/server-start.html), so as root the cluster
 belongs to the ``postgres`` user Debian's package creates (else ``nobody``).
 
 initdb options used (https://www.postgresql.org/docs/15/app-initdb.html): ``--pwfile`` (the
@@ -127,7 +127,12 @@ class PgServer:
                     raise
                 time.sleep(0.1)
 
-    def _group_alive(self, pgid: int) -> bool:
+    def pids(self) -> list[int]:
+        """The postmaster and its children (backends, checkpointer, ...). Not one process group:
+        every child calls setsid() at start (src/backend/utils/init/miscinit.c InitPostmasterChild)."""
+        if self.proc is None:
+            return []
+        out = [self.proc.pid]
         for d in Path("/proc").iterdir():
             if not d.name.isdigit():
                 continue
@@ -135,21 +140,38 @@ class PgServer:
                 fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-        return False
+            if int(fields[1]) == self.proc.pid:
+                out.append(int(d.name))
+        return out
+
+    def _signal(self, sig: int) -> list[int]:
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return pids
+
+    @staticmethod
+    def _alive(pid: int) -> bool:
+        try:
+            return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
 
     def kill(self) -> None:
-        """SIGKILL the postmaster and all its backends at once, and wait until they are gone."""
+        """SIGKILL the postmaster and all its children at once, and wait until they are gone."""
         if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        pids = self._signal(signal.SIGKILL)
         self.proc.wait()
         deadline = time.monotonic() + 30
-        while self._group_alive(self.proc.pid) and time.monotonic() < deadline:
+        while any(self._alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         self.proc = None
+
+    def freeze(self, frozen: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) the whole server: connections stay open, nothing answers (a hung host)."""
+        self._signal(signal.SIGSTOP if frozen else signal.SIGCONT)
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT, docs/15/server-shutdown.html)."""

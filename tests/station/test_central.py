@@ -196,6 +196,39 @@ def test_the_server_killed_mid_run_loses_nothing_and_the_backlog_drains(pg, cent
     assert len(central.rows()) == 4
 
 
+def test_a_server_that_stops_answering_never_holds_up_a_flash(pg, central, release_8275, tmp_path):
+    st = Station(tmp_path)
+    st.add(1)
+    st.add(1, faults=("slow",), start=1)                 # done a few seconds after the first board
+    cfg = station_yaml(st, "bench-s", central)
+    proc = subprocess.Popen(flash_cmd(release_8275, cfg), env=run_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_rows_or_none(central)) < 1:
+            time.sleep(0.05)
+        assert len(central.rows()) == 1                   # the forwarder is connected and delivered
+        pg.freeze()                                       # then the server stops answering, mid-run
+        _, err = proc.communicate(timeout=120)
+    finally:
+        pg.freeze(False)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "did not answer" in err and "1 attempt(s) wait in the local outbox" in err, (err, central.rows())
+    with Records(st.config.database, writer=False) as rec:
+        assert [r["result"] for r in rec.history()] == ["passed", "passed"]
+    assert main(["station", "forward", "--config", str(cfg)]) == 0
+    assert len(central.rows()) == 2
+
+
+def _rows_or_none(central: Central) -> list:
+    try:
+        return central.rows()
+    except Exception:   # the table is created by the first delivery
+        return []
+
+
 def test_a_duplicate_delivery_after_a_crash_is_not_a_duplicate_record(pg, central, release_8275, tmp_path):
     st = Station(tmp_path)
     st.add(2)
