@@ -57,7 +57,23 @@ def _probe(model: str, prompt_tokens: int, decode_tokens: int) -> None:
     import resource
 
     import litert_lm
+    engine = None
     for line in sys.stdin:
+        if line.startswith("stream"):
+            # the runtime streaming to Python in-process through Google's own binding, no HTTP at all
+            if engine is None:
+                engine = litert_lm.Engine(model, backend=litert_lm.Backend.CPU(), cache_dir=":nocache")
+            stamps, conv = [], engine.create_conversation()
+            t0 = time.perf_counter()
+            for _ in conv.send_message_async(PROMPT):
+                stamps.append(time.perf_counter())
+                if len(stamps) >= decode_tokens:
+                    conv.cancel_process()
+                    break
+            del conv
+            print(json.dumps([stamps[0] - t0, (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1), len(stamps)]),
+                  flush=True)
+            continue
         before = resource.getrusage(resource.RUSAGE_SELF)
         info = litert_lm.Benchmark(model, litert_lm.Backend.CPU(), prefill_tokens=prompt_tokens,
                                    decode_tokens=int(line) if line.strip() else decode_tokens,
@@ -110,6 +126,16 @@ class RuntimeAlone:
             raise SystemExit(f"the runtime benchmark {self.proc.args[0]} failed (exit {self.proc.wait()})")
         ttft, rate, cpu = json.loads(line)
         return ttft, rate, cpu
+
+    def stream(self) -> tuple[float, float]:
+        """(TTFT s, s per token) of the runtime streaming in-process through Google's binding."""
+        self.proc.stdin.write("stream\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the runtime stream {self.proc.args[0]} failed (exit {self.proc.wait()})")
+        ttft, token, _ = json.loads(line)
+        return ttft, token
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -301,6 +327,12 @@ def measure(url: str, params: dict, n: int, requests: int, runtime: RuntimeAlone
         whole4 += sum(1 for c in results if c == n)
         asked4 += 4
     server_cpu, runtime_cpu = cpu_per_token(pid, port, params, n, requests, runtime)
+    streamed = []
+    for _ in range(max(4, requests // 2)):
+        streamed.append(runtime.stream())
+        time.sleep(0.2)
+        streamed_api = stream_raw(port, params, n)
+        streamed[-1] = (streamed_api[0] - streamed[-1][0], streamed_api[1] - streamed[-1][1])
     client = OpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0, timeout=120)
     via_openai = [stream_openai(client, params, n) for _ in range(max(3, requests // 2))]
     med = statistics.median
@@ -308,7 +340,8 @@ def measure(url: str, params: dict, n: int, requests: int, runtime: RuntimeAlone
             "rt_ttft_s": med(rt_ttft), "rt_rate": med(rt_rate), "whole_1": whole1,
             "tok_s_1": med(ones), "tok_s_4": med(fours), "whole_4": whole4, "asked_4": asked4,
             "openai_ttft_s": med(r[0] for r in via_openai), "openai_token_s": med(r[1] for r in via_openai),
-            "server_cpu_token_s": server_cpu, "runtime_cpu_token_s": runtime_cpu}
+            "server_cpu_token_s": server_cpu, "runtime_cpu_token_s": runtime_cpu,
+            "over_stream_ttft_s": med(x[0] for x in streamed), "over_stream_token_s": med(x[1] for x in streamed)}
 
 
 def report(name: str, m: dict[str, float], requests: int) -> dict[str, float]:
@@ -328,6 +361,8 @@ def report(name: str, m: dict[str, float], requests: int) -> dict[str, float]:
     print(f"  CPU per token          server {m['server_cpu_token_s'] * 1000:.3f} ms, runtime alone "
           f"{m['runtime_cpu_token_s'] * 1000:.3f} ms: the server adds {cpu_over:.3f} ms of CPU per token "
           "(load-independent)")
+    print(f"  over the runtime's own streaming to Python in-process (Google's binding, no HTTP): TTFT "
+          f"{m['over_stream_ttft_s'] * 1000:+.2f} ms, {m['over_stream_token_s'] * 1000:+.3f} ms per token")
     print(f"  openai client          TTFT {m['openai_ttft_s'] * 1000:.2f} ms, {m['openai_token_s'] * 1000:.3f} ms per "
           "token (shown only: the client's own parsing of each chunk is in it)")
     print(f"  4 clients at once      {m['tok_s_4']:.0f} tok/s against {m['tok_s_1']:.0f} tok/s for 4 requests back to "
