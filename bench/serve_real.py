@@ -17,7 +17,11 @@ ratios to that baseline:
   decode   the API's streamed tokens/s over the runtime's decode tokens/s (shown, not a goal itself)
   4 cl.    tokens/s of 4 concurrent clients over 1 client's (requests back to back); every answer whole
                                                                           goal: >= 0.95, all answered
-and, in the same run, edge-llm-serve ahead of `litert-lm serve` on each.
+and, in the same run, edge-llm-serve ahead of `litert-lm serve` on each. Also shown: the CPU each
+server adds per token (marginal, from /proc; the wall clock moves with the machine's other load, CPU
+time less so) and each server against its runtime streaming to Python in-process through Google's
+own binding (what is left is the HTTP server's own share: the conversation API's per-token work and
+its per-request conversation set-up are the runtime's, for both servers).
 
 Requests are read by a lean client (http.client, line by line), so the figures are what each
 server adds; the official openai client's view is printed beside them (its pydantic parsing of
