@@ -18,10 +18,11 @@ ratios to that baseline:
   4 cl.    tokens/s of 4 concurrent clients over 1 client's (requests back to back); every answer whole
                                                                           goal: >= 0.95, all answered
 and, in the same run, edge-llm-serve ahead of `litert-lm serve` on each. Also shown: the CPU each
-server adds per token (marginal, from /proc; the wall clock moves with the machine's other load, CPU
-time less so) and each server against its runtime streaming to Python in-process through Google's
-own binding (what is left is the HTTP server's own share: the conversation API's per-token work and
-its per-request conversation set-up are the runtime's, for both servers).
+server adds per token (marginal, from /proc; the wall clock moves with the machine's other load,
+CPU time less so, though the runtime's waiting threads spin and are counted) and each server
+against its runtime streaming to Python in-process through Google's own binding (what is left is
+the HTTP server's own share: the conversation API's per-token work and its per-request
+conversation set-up are the runtime's, for both servers).
 
 Requests are read by a lean client (http.client, line by line), so the figures are what each
 server adds; the official openai client's view is printed beside them (its pydantic parsing of
@@ -364,7 +365,7 @@ def report(name: str, m: dict[str, float], requests: int) -> dict[str, float]:
     cpu_over = (m["server_cpu_token_s"] - m["runtime_cpu_token_s"]) * 1000
     print(f"  CPU per token          server {m['server_cpu_token_s'] * 1000:.3f} ms, runtime alone "
           f"{m['runtime_cpu_token_s'] * 1000:.3f} ms: the server adds {cpu_over:.3f} ms of CPU per token "
-          "(load-independent)")
+          "(moved less by other load than the wall clock, but the runtime's idle threads spin and count)")
     print(f"  over the runtime's own streaming to Python in-process (Google's binding, no HTTP): TTFT "
           f"{m['over_stream_ttft_s'] * 1000:+.2f} ms, {m['over_stream_token_s'] * 1000:+.3f} ms per token")
     print(f"  openai client          TTFT {m['openai_ttft_s'] * 1000:.2f} ms, {m['openai_token_s'] * 1000:.3f} ms per "
