@@ -160,7 +160,7 @@ class RecordsListener:
         if aid is None or ev.kind == "progress":
             return
         if ev.kind == "state":
-            op: tuple[str, tuple[Any, ...]] = ("state", (aid, ev.detail["state"], None))
+            op: tuple[str, tuple[Any, ...]] = ("state", (aid, ev.detail["state"], None, ev.slot))
         elif ev.kind == "process":
             op = ("process", (aid, ev.detail["pid"], ev.detail.get("start")))
         else:

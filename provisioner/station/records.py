@@ -38,8 +38,10 @@ from provisioner.process import start_id
 T = TypeVar("T")
 
 
-def _op_state(cur: sqlite3.Cursor, attempt_id: int, state: str, tries: int | None) -> None:
-    cur.execute("UPDATE attempts SET state=?, tries=COALESCE(?, tries) WHERE id=?", (state, tries, attempt_id))
+def _op_state(cur: sqlite3.Cursor, attempt_id: int, state: str, tries: int | None, slot: str | None = None) -> None:
+    # the slot of a board sent to EDL from its console is known once it is found in EDL
+    cur.execute("UPDATE attempts SET state=?, tries=COALESCE(?, tries), slot=COALESCE(slot, ?) WHERE id=?",
+                (state, tries, slot, attempt_id))
 
 
 def _op_process(cur: sqlite3.Cursor, attempt_id: int, pid: int, started: str | None) -> None:
@@ -495,7 +497,7 @@ class Records:
     def write_many(self, ops: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Several state / qdl process / event writes in one transaction (one fsync for all).
 
-        ``ops`` are ``("state", (attempt_id, state, tries))``, ``("process", (attempt_id, pid,
+        ``ops`` are ``("state", (attempt_id, state, tries[, slot]))``, ``("process", (attempt_id, pid,
         start))`` and ``("event", (attempt_id, step, kind, duration_s, detail, ts))``.
         """
         def body(cur: sqlite3.Cursor) -> None:

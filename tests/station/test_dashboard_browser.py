@@ -96,6 +96,7 @@ def test_tiles_follow_a_boot_checked_flash_live_and_history_links_logs(station, 
             _wait(chromium, "document.querySelectorAll('#attempts tbody tr').length === 1")
             row = chromium.find_element("css selector", "#attempts tbody tr")
             assert bad.serial in row.text and "failed" in row.text
+            assert "slot 2" in row.text        # sent to EDL from its console: its slot is recorded once found
             chromium.save_screenshot(str(tmp_path / "dashboard-history.png"))
             chromium.get(row.find_element("link text", "qdl log").get_attribute("href"))
             assert "# qdl log of attempt" in chromium.find_element("tag name", "body").text
