@@ -368,6 +368,8 @@ class ConsoleDriver:
         ident["ufs_serial"] = board_identity.ufs_serial(self.read_file(layout.UFS_SERIAL_GLOB))
         keys = self.run(f"cat {layout.SSH_HOST_KEY_GLOB}")
         ident["host_keys"] = [k.as_dict() for k in board_identity.host_keys_from_text(keys.output)] if keys.ok else []
+        for key in ("ufs_serial", "host_keys"):     # e.g. keys under /var/run/ssh: the banner's lines cover it
+            ident[key] = ident[key] or self.banner_identity.get(key) or ident[key]
         compat = self.read_file(layout.DT_COMPATIBLE) or ""
         ident["compatible"] = [c.strip() for c in compat.splitlines() if c.strip()]
         osr = self.read_file(layout.OS_RELEASE) or ""
