@@ -12,7 +12,7 @@ import pytest
 from provisioner.cli import main
 from provisioner.errors import UserError
 from provisioner.rehearse import RehearsalOptions, split_boards
-from provisioner.sim import real_litert
+from tests.sim.realtext import real_completion
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,28 +50,13 @@ def test_boards_split_over_board_types():
         split_boards(1, 2)
 
 
-def _real_completion(prompt: str, max_tokens: int) -> str | None:
-    """What Google's runtime answers a raw completion prompt on the tiny model a virtual IQ-8275 board
-    runs it with (through Google's own binding), or None where the boards answer with modelled text."""
-    found = real_litert.locate()
-    if isinstance(found, str):
-        return None
-    import litert_lm
-    engine = litert_lm.Engine(str(found[1]), backend=litert_lm.Backend.CPU(), cache_dir=":nocache")
-    with engine.create_session(apply_prompt_template=False, max_output_tokens=max_tokens) as session:
-        session.run_prefill([prompt])
-        text = session.run_decode().texts[0]
-    del engine
-    return text
-
-
 @pytest.mark.root
 @pytest.mark.slow
 def test_rehearsal_four_boards_with_one_injected_fault(tmp_path, capsys):
     """4 virtual boards (2 per type), no-burst on one: that board fails verify for burst mode,
     the other three are flashed with the release, verified, launched and answer a completion."""
     work = tmp_path / "rh"
-    real = _real_completion(RehearsalOptions().prompt, 32)
+    real = real_completion(RehearsalOptions().prompt, 32)
     rc = main(["rehearse", "--boards", "4", "--fault", "no-burst", "--work-dir", str(work), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 1, "a board failing verification must fail the rehearsal"

@@ -16,6 +16,7 @@ from provisioner.fleet.api import run_fleet
 from provisioner.fleet.onboard import serve
 from provisioner.fleet.runner import run_playbook
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
+from tests.sim.realtext import real_completion
 
 pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(can_run() is not None, reason=str(can_run()))]
@@ -84,12 +85,16 @@ def test_completion_through_the_service(launched, board):
     fleet, ports, _ = launched
     status, health = _req(ports[board], "GET", "/health")
     assert status == 200 and health["status"] == "ok"
-    status, out = _req(ports[board], "POST", "/v1/completions",
-                       json.dumps({"prompt": "Explain gravity in one short English sentence.", "max_tokens": 64}),
+    prompt = "Explain gravity in one short English sentence."
+    status, out = _req(ports[board], "POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": 64}),
                        {"Content-Type": "application/json"}, token=_token(fleet, board))
     assert status == 200, out
     text = out["choices"][0]["text"]
-    assert serve.coherence(text)[0] and "gravity" in text.lower()
+    real = real_completion(prompt, 64) if board == "srv-8275" else None
+    if real is not None:
+        assert text == real         # Google's runtime wrote it (the tiny model's words); the NPU only paced it
+    else:
+        assert serve.coherence(text)[0] and "gravity" in text.lower()
     assert out["usage"]["completion_tokens"] > 0 and out["usage"]["total_tokens"] > out["usage"]["prompt_tokens"]
     assert out["timing"]["decode_tok_s"] > 0 and out["timing"]["ttft_s"] > 0
 
