@@ -43,6 +43,7 @@ merges keyword parameters into the conninfo (psycopg/conninfo.py ``make_conninfo
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import socket
 import uuid
@@ -179,6 +180,11 @@ def _hint(text: str, settings: CentralSettings) -> str:
     return "check that the server runs and this station reaches it; attempts wait in the local outbox meanwhile"
 
 
+def _json(obj: Any) -> str:
+    """The record as JSON; a value JSON has no type for (a BLOB column) goes as its text."""
+    return json.dumps(obj, default=str, sort_keys=True)
+
+
 def _ts(value: float | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(value, tz=dt.UTC) if value is not None else None
 
@@ -285,7 +291,7 @@ class Central:
                     values.append("(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)")
                     params += [db, r["id"], self.settings.station, r["serial"], r.get("board"), r.get("slot"),
                                r.get("release_id"), r["result"], r.get("error"), _ts(r["started"]),
-                               _ts(r.get("ended")), Jsonb(r)]
+                               _ts(r.get("ended")), Jsonb(r, dumps=_json)]
                 got = {row[0] for row in conn.execute(
                     f"INSERT INTO {TABLE} (station_db, attempt_id, station, serial, board, slot, release_id, result, "
                     f"error, started, ended, record) VALUES {','.join(values)} "

@@ -183,6 +183,12 @@ class Forwarder:
             except sqlite3.Error as exc:  # the local database is busy beyond its timeout: next tick
                 self.status.error = f"station database {self.db_path}: {exc}"
                 return False
+            except Exception as exc:  # a bug here must not end forwarding, nor ever a flash
+                line = f"central records: forwarding failed ({type(exc).__name__}: {exc})"
+                if line != self.status.error:
+                    self.report(line)
+                self.status.error = line
+                return False
         return True
 
     def _loop(self) -> None:

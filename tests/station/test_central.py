@@ -335,3 +335,21 @@ def test_the_password_is_never_in_argv_a_child_environment_or_a_log(pg, central,
         if f.is_file():
             assert secret not in f.read_bytes(), f
     assert len(central.rows()) == 2
+
+
+def test_columns_added_to_the_local_attempts_later_travel_to_the_central_record(pg, central, tmp_path):
+    db = tmp_path / "station.db"
+    with Records(db) as rec:
+        aid = rec.start_attempt("0AA94E00", slot="slot 1", board="iq-8275-evk", release_id="r1", artifacts={},
+                                qdl_version="2.5", log_path=None)
+        rec.db.execute("ALTER TABLE attempts ADD COLUMN decode_tok_s REAL")
+        rec.db.execute("ALTER TABLE attempts ADD COLUMN raw BLOB")
+        rec.db.execute("UPDATE attempts SET decode_tok_s=32.1, raw=x'00ff' WHERE id=?", (aid,))
+        rec.finish_attempt(aid, "passed", identity={"serial": "0AA94E00"})
+    cfg = tmp_path / "station.yaml"
+    cfg.write_text(yaml.safe_dump({"database": str(db), "records": central.url,
+                                   "records_password_file": str(central.pwfile), "station": "bench-c"}))
+    assert main(["station", "forward", "--config", str(cfg)]) == 0
+    (record,) = [r for (r,) in central.pg.count(central.name, "SELECT record FROM station_attempts")]
+    assert record["decode_tok_s"] == 32.1 and record["identity"] == {"serial": "0AA94E00"} and record["raw"]
+    assert main(["station", "history", "--config", str(cfg), "--json"]) == 0
