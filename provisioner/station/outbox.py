@@ -146,7 +146,7 @@ class Forwarder:
     """
 
     def __init__(self, db_path: Path | str, settings: CentralSettings, env: Mapping[str, str] | None = None, *,
-                 interval_s: float = 1.0, max_backoff_s: float = 30.0,
+                 interval_s: float = 1.0, max_backoff_s: float = 10.0,
                  report: Callable[[str], None] | None = None) -> None:
         self.db_path = Path(db_path)
         self.settings = settings
