@@ -6,6 +6,7 @@ import os
 import select
 import threading
 
+from provisioner.station import feed
 from provisioner.station.feed import FeedReceiver, FeedSender, feed_dir
 from provisioner.station.flash import FlashOptions, flash_release
 from provisioner.station.records import Records
@@ -51,16 +52,19 @@ def test_a_listening_dashboard_gets_every_boards_states_progress_and_outcome(sta
     assert by[bad.serial][-1]["detail"]["result"] == "failed" and by[bad.serial][-1]["detail"]["error"]
 
 
-def test_nothing_is_sent_into_a_feed_folder_others_may_write(tmp_path):
+def test_nothing_is_sent_into_a_feed_folder_others_may_write(tmp_path, monkeypatch):
     """A folder another user could write into (or own) is not the station's: a sender stays silent."""
+    monkeypatch.setattr(feed, "LOOK_EVERY_S", 0.0)     # look at the folder on every event
     db = tmp_path / "station.db"
     rx = FeedReceiver(db)
     try:
         tx = FeedSender(db, {"S1": 1})
         tx(StepEvent("state", "state", detail={"state": "edl"}, serial="S1", slot="slot 1"))
+        tx.flush()
         assert [m["detail"] for m in rx.read()] == [{"state": "edl"}]
         os.chmod(feed_dir(db), 0o777)
         tx(StepEvent("state", "state", detail={"state": "flashing"}, serial="S1", slot="slot 1"))
+        tx.flush()
         assert rx.read() == []
         tx.close()
     finally:
