@@ -39,9 +39,8 @@ T = TypeVar("T")
 
 
 def _op_state(cur: sqlite3.Cursor, attempt_id: int, state: str, tries: int | None, slot: str | None = None) -> None:
-    # the slot of a board sent to EDL from its console is known once it is found in EDL
-    cur.execute("UPDATE attempts SET state=?, tries=COALESCE(?, tries), slot=COALESCE(slot, ?) WHERE id=?",
-                (state, tries, slot, attempt_id))
+    cur.execute("UPDATE attempts SET state=?, tries=COALESCE(?, tries), slot=COALESCE(slot, ?) WHERE id=?",  # slot:
+                (state, tries, slot, attempt_id))   # a board sent to EDL from its console has one once found there
 
 
 def _op_process(cur: sqlite3.Cursor, attempt_id: int, pid: int, started: str | None) -> None:
