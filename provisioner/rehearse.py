@@ -481,7 +481,7 @@ class Rehearsal:
         from provisioner.station.console import BANNER_SOURCE
         from provisioner.station.records import Records
 
-        wrong, banner = [], 0
+        wrong, banner, keys = [], 0, 0
         with Records(self.station_db, writer=False) as rec:
             for lane in self.lanes:
                 for serial in lane.serials:
@@ -491,6 +491,7 @@ class Rehearsal:
                     self.boards_info[serial]["build_id"] = build_id
                     by_banner = ident.get("source") == BANNER_SOURCE
                     banner += by_banner
+                    keys += bool(ident.get("host_keys")) and ident.get("serial") == serial
                     machine_ok = by_banner or ident.get("machine") == lane.board.soc0_machine
                     if last.get("result") != "passed" or build_id != lane.manifest.release or not machine_ok:
                         wrong.append(f"{serial}: {last.get('result')}, machine {ident.get('machine')}, "
@@ -499,7 +500,8 @@ class Rehearsal:
             raise RehearsalError("boards did not come up with the flashed release: " + "; ".join(wrong),
                                  "look at the board's console log and the qdl log")
         how = f" ({banner} from the getty banner: root login is disabled on production images)" if banner else ""
-        return f"every board showed the flashed BUILD_ID on its console{how}"
+        return (f"every board showed the flashed BUILD_ID on its console{how}, {keys} with its serial and the SSH "
+                "host key it made at first boot (the fleet connects pinned to them)")
 
     def _write_inventory(self) -> Path:
         """The virtual fleet's inventory: per board type, the release it was flashed with (read from release.json)."""
@@ -509,6 +511,7 @@ class Rehearsal:
 
         path = control.write_inventory(self.sim_root, self.inventory)
         inv = yaml.safe_load(path.read_text(encoding="utf-8"))
+        self._pin_host_keys(inv)
         for lane in self.lanes:
             group = inv["all"]["children"].get(inventory.group_name(lane.board.id))
             if not group or lane.release_dir is None:
@@ -519,6 +522,16 @@ class Rehearsal:
                     download_mode=lane.manifest.image.download_mode)
         inventory.write_inventory(path, inv)
         return path
+
+    def _pin_host_keys(self, inv: dict[str, Any]) -> None:
+        """Reach each board as a fleet would after the factory: pinned to the host keys the station read on
+        its console (`station export-inventory`'s known_hosts), not to the simulator's own known_hosts."""
+        from provisioner.station.inventory_export import pin_inventory
+        from provisioner.station.records import Records
+
+        if self.station_db.is_file():
+            with Records(self.station_db, writer=False) as rec:
+                pin_inventory(inv, rec, self.work / "fleet")
 
     def step_verify(self) -> str:
         from provisioner.fleet.api import run_fleet
