@@ -212,7 +212,7 @@ def fault_part(work: Path) -> None:
         of.make_ota_boards(fleet, repo, c1)
         server = ArtifactServer(repo)
         try:
-            print("\nbad update -> back on the previous deployment (from the armed trial to booted on it again)")
+            print("\nbad update -> back on the previous deployment (new ESP entry -> on c1, failed one gone)")
             for name in ("badnpu-8275", "noboot-8275"):
                 before = len((fleet.boards[name].reload().data.get("ostree") or {}).get("boot_log") or [])
                 out: dict = {}
@@ -228,7 +228,7 @@ def fault_part(work: Path) -> None:
                 back = out.get("back", 0) - out.get("armed", 0) if "back" in out else float("nan")
                 reason = rows.get(name, {}).get("reason", "")[:70]
                 home = of.booted(fleet, name) == c1
-                print(f"  {name:12} {back:6.1f} s armed->back, {boots} reboot(s) that came up "
+                print(f"  {name:12} {back:6.1f} s staged->back, {boots} reboot(s) that came up "
                       f"({len(new)} boot attempt(s)), run {wall:.1f} s, on c1: {home}; {reason}")
             mf = ["mf1-noboot-8275", "mf2-good-8275", "mf3-good-8275", "mf4-good-8275"]
             _, rows, rc = fleet_run(fleet, rel2, server.url, base / "r-mf.json", "--limit", ",".join(mf),
