@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from provisioner.errors import SimError
 from provisioner.sim import host, ostree_board
 from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run
@@ -177,8 +178,15 @@ def _kill_at(fleet, rel, url, base, name, mark_text):
     while time.monotonic() < deadline and subprocess.run(
             ["pgrep", "-f", f"ostree_board reboot {b.root} {b.serial}"], capture_output=True).returncode == 0:
         time.sleep(0.2)
-    while time.monotonic() < deadline and _ssh(b, "true").returncode != 0:
+    while time.monotonic() < deadline:
+        try:
+            if _ssh(b, "true").returncode == 0:
+                return
+        except SimError:                 # between the power-cycle's stop and start: no address yet
+            pass
         time.sleep(0.5)
+    log = b.dir / "host" / "reboot.log"
+    raise AssertionError(f"{name} never came back: {log.read_text() if log.is_file() else 'no reboot.log'}")
 
 
 @pytest.mark.parametrize(("name", "mark_text", "verdict", "on"), [

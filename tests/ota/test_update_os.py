@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from provisioner.errors import SimError
 from provisioner.fleet.api import run_fleet
 from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
@@ -150,9 +151,14 @@ def _wait_for_ssh(board, timeout_s=120):
             ["pgrep", "-f", f"ostree_board reboot {board.root} {board.serial}"], capture_output=True).returncode == 0:
         time.sleep(0.2)
     while time.monotonic() < deadline:
-        if subprocess.run(host.ssh_argv(board, "true"), capture_output=True, timeout=60).returncode == 0:
-            return
+        try:
+            if subprocess.run(host.ssh_argv(board, "true"), capture_output=True, timeout=60).returncode == 0:
+                return
+        except SimError:                 # between the power-cycle's stop and start: no address yet
+            pass
         time.sleep(0.5)
+    log = board.dir / "host" / "reboot.log"
+    raise AssertionError(f"board never came back: {log.read_text() if log.is_file() else 'no reboot.log'}")
 
 
 def test_a_board_whose_remote_names_an_old_url_pulls_from_this_runs_repo(ota):
