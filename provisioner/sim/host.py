@@ -909,14 +909,6 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
             _write(up / "systemctl", systemctl.executable_text(), 0o755)
             generated["usr/bin/systemctl"] = _sha(up / "systemctl")
         _overlay(target, up, hd / f"{name}-work")
-        if ostree_board.booted_root(board):
-            # an OSTree-booted board's /usr is the deployment's, read-only (ostree v2026.1
-            # src/switchroot/ostree-prepare-root.c lines 320-326: "a read-only bind mount for /usr")
-            _mount("-o", "remount,ro", target)
-    if ostree_board.booted_root(board):
-        # the mark of an OSTree-booted system (ostree v2026.1 src/libostree/ostree-sysroot.h line 33
-        # OSTREE_PATH_BOOTED; ostree-prepare-root creates it, src/switchroot/ostree-mount-util.h lines 113-118)
-        _write(Path("/run/ostree-booted"), "", 0o640)
 
     # /dev: a private tmpfs; never touch the host's
     _bind("/dev", sim / ".hostsys", ro=False)
