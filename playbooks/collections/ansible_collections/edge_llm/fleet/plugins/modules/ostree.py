@@ -174,7 +174,12 @@ def remote_url(remote):
 def set_remote(module, p, state):
     """Point the remote at this run's repository: a board keeps pulling from whatever URL its remote names,
     so one added for an earlier URL is replaced (``ostree remote add --force``: "Replace the provided remote
-    if it exists", ostree-remote(1))."""
+    if it exists", ostree-remote(1)).
+
+    --no-gpg-verify: a QLI board's ostree verifies no signature (meta-updater f0e1ccaf
+    recipes-extended/ostree/ostree_2026.1.bbappend line 5 removes gpgme; meta-oe 9af4488d ostree_2026.1.bb
+    lines 44-51 enable no ed25519 backend), so gpg-verify on would fail every pull. The board checks instead
+    that what it pulls hashes to the commit id the controller names (``pull REMOTE BRANCH@COMMIT``)."""
     rc, _out, err = run([ostree_exe(), f"--repo={REPO}", "remote", "add", "--force", "--no-gpg-verify",
                          p["remote"], p["repo_url"]])
     if rc != 0:
