@@ -29,7 +29,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioner import context
+from provisioner import context, layout
 from provisioner.steps import Step
 
 if TYPE_CHECKING:
@@ -211,6 +211,8 @@ def image_tree(rootfs: Path, tree: Path, build_id: str, change: dict[str, bytes]
     for path in [p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()]:
         if by_name(f"/{path.relative_to(tree)}"):
             path.unlink()
+    for path in sorted((p for p in tree.rglob("*") if launched(p.relative_to(tree))), reverse=True):
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     osr = tree / "etc/os-release"
     if osr.is_symlink():
         osr.unlink()
@@ -226,10 +228,26 @@ def image_tree(rootfs: Path, tree: Path, build_id: str, change: dict[str, bytes]
     return tree
 
 
+def launched(rel: Path) -> bool:
+    """What ``fleet launch`` wrote into the board's /etc: its serving instances (units, sockets, drop-ins,
+    enablement links) and their configs. That is each board's own (its ports), never an image's: a commit
+    built from one launched board would give every board that board's ports."""
+    from provisioner.fleet import service
+
+    text = rel.as_posix()
+    if text.startswith(service.SERVE_CONFIG_DIR.lstrip("/") + "/"):
+        return True
+    unit_dir = layout.SERVE_UNIT_DIR.lstrip("/") + "/"
+    instance = layout.SERVE_UNIT.split("@")[0] + "@"
+    return text.startswith(unit_dir) and any(part.startswith(instance) and not part.startswith(instance + ".")
+                                             for part in rel.parts)
+
+
 def keep_board_etc(rootfs: Path, deploy_dir: Path) -> None:
     """Give each deployment's /etc what the flashed board's /etc holds of its own: owners, and the files
     the image lacks (the API token ``fleet launch`` wrote, mode 0600, owned by the service user).
 
+    The files and links the image lacks include the serving instances launch set up (:func:`launched`).
     On a real board launch writes into the deployment's /etc, and ``ostree admin deploy`` carries it,
     owner included, into the next deployment (the /etc 3-way merge, ostree-admin-deploy(1)). The
     rehearsal's board launched before it became an OSTree board, so this carries it once by hand.
@@ -243,7 +261,10 @@ def keep_board_etc(rootfs: Path, deploy_dir: Path) -> None:
             twin = dst / path.relative_to(src)
             try:
                 want = path.lstat()
-                if path.is_file() and not path.is_symlink() and not twin.exists():
+                if path.is_symlink() and not twin.is_symlink() and not twin.exists():
+                    twin.parent.mkdir(parents=True, exist_ok=True)       # an enablement link launch made
+                    os.symlink(os.readlink(path), twin)
+                elif path.is_file() and not path.is_symlink() and not twin.exists():
                     twin.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, twin)
                 have = twin.lstat()
