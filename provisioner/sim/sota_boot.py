@@ -17,17 +17,18 @@ The rules simulated here, each from its source:
 - *systemd-bless-boot* (systemd-bless-boot.service(8)): at boot-complete.target the booted entry's counters are
   removed from its file name ("good"). The board's edge-llm-boot-check runs before that target; the simulator
   blesses every entry that came up (the boot check passes on every virtual board that boots).
-- *ostree admin set-default INDEX* (v2026.1 src/ostree/ot-admin-builtin-set-default.c:52-62: the deployment at
+- *ostree admin set-default INDEX* (v2026.1 src/ostree/ot-admin-builtin-set-default.c:57-60: the deployment at
   INDEX moves to the front, the deployments are written again) does not exist in the host's ostree (Debian's
   2022.7). The simulator does it on the entries: ostree orders deployments by the entries' ``version``
   (v2022.7 src/libostree/ostree-sysroot.c:613-676), so the entries are renumbered in the new order, each
   keeping its counters. A real 2026.1 writes a new ``loader.N``; this edits the current one.
 
-Where the host's ostree differs from the board's on the ESP: meta-updater's patch 0001 ("Add support for
-directories instead of symbolic link", ostree_2026.1.bbappend:206-212) makes ``loader`` a directory with an
-``ostree_bootversion`` file, since vfat has no symlinks (image_types_ota.bbclass:124-129). The host's ostree
-needs the ``loader -> loader.N`` link, so the simulated ESP is a plain folder that keeps it; this module reads
-``loader/entries`` either way. Nothing here is shared with production code.
+Where the host's ostree differs from the board's on the ESP: meta-updater's ostree patch 0001 ("Add support
+for directories instead of symbolic links in boot partition", applied by recipes-extended/ostree/
+ostree_2026.1.bbappend:9-15) lets ``loader`` be a directory on the vfat ESP, and image_types_ota.bbclass:124-129
+makes it one, with an ``ostree_bootversion`` file. The host's ostree needs the ``loader -> loader.N`` link, so
+the simulated ESP is a plain folder that keeps it; this module reads ``loader/entries`` either way.
+Nothing here is shared with production code.
 """
 
 from __future__ import annotations
