@@ -54,7 +54,8 @@ def _status(board) -> list[str]:
 def sota(tmp_path_factory):
     base = tmp_path_factory.mktemp("sota")
     names = {"good-8275": (), "badnpu-8275": ("ota-bad-npu",), "noboot-8275": ("ota-no-boot",),
-             "gate-8275": ("ota-reboot-in-gate",), "killgate-8275": (), "killrb-8275": ("ota-bad-npu",)}
+             "gate-8275": ("ota-reboot-in-gate",), "killstage-8275": (), "killgate-8275": (),
+             "killrb-8275": ("ota-bad-npu",)}
     fleet = build_fleet(base / "sim", [BoardSpec(n, "iq-8275-evk", faults=f, vars=of.SIM_VARS)
                                        for n, f in names.items()], cache=base / "cache")
     repo = base / "srv"
@@ -190,10 +191,11 @@ def _kill_at(fleet, rel, url, base, name, mark_text):
 
 
 @pytest.mark.parametrize(("name", "mark_text", "verdict", "on"), [
+    ("killstage-8275", "Stage the release", "pass", "c2"),
     ("killgate-8275", "Health gate - booted", "pass", "c2"),
     ("killrb-8275", "Reboot into the previous deployment", "fail", "c1"),
 ])
-def test_a_controller_killed_mid_gate_or_mid_rollback_converges(sota, name, mark_text, verdict, on):
+def test_a_controller_killed_at_a_step_converges_on_rerun(sota, name, mark_text, verdict, on):
     fleet, base, server, c1, c2, rel = sota
     _kill_at(fleet, rel, server.url, base, name, mark_text)
     proc, rows = _update(fleet, rel, server.url, base / f"r-{name}.json", "--limit", name)
