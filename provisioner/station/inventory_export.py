@@ -14,6 +14,7 @@ from typing import Any
 
 from provisioner import catalog
 from provisioner.contracts import inventory
+from provisioner.errors import StationError
 from provisioner.station import identity as board_identity
 from provisioner.station.records import Records
 
@@ -72,6 +73,10 @@ def write_inventory(records: Records, out: Path | str, addresses: dict[str, str]
     ``known_hosts`` beside it; returns the inventory."""
     out = Path(out)
     known_hosts = out.absolute().with_name("known_hosts")
+    if any(c.isspace() for c in str(known_hosts)):
+        # ssh_config(5): UserKnownHostsFile takes a whitespace-separated list of files
+        raise StationError(f"--out {out}: the known_hosts beside it ({known_hosts}) would have a space in its path, "
+                           "which ssh reads as two files", "write the inventory to a folder without spaces")
     hosts = _inventory_hosts(records, addresses, known_hosts)
     lines = board_identity.known_hosts_lines((name, keys) for name, _, keys in hosts)
     inventory.atomic_write(known_hosts, "".join(line + "\n" for line in lines))

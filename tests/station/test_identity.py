@@ -158,3 +158,12 @@ def test_keys_from_the_line_pin_the_fleet_and_a_changed_key_fails_verify(network
     assert rc != 0 and row["verdict"] == "fail"
     assert f"the board presents {now} (ECDSA), the factory recorded {recorded}" in row["reason"]
     assert rows[f"iq-8275-{boards[1].serial.lower()}"]["checks"]      # the other board is still reached
+
+
+def test_inventory_beside_a_path_with_a_space_is_refused(tmp_path, capsys):
+    db = tmp_path / "station.db"
+    Records(db).close()
+    out = tmp_path / "my fleet" / "station.yml"
+    assert main(["station", "export-inventory", "--db", str(db), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "which ssh reads as two files" in err and "Traceback" not in err
