@@ -167,3 +167,25 @@ def test_inventory_beside_a_path_with_a_space_is_refused(tmp_path, capsys):
     assert main(["station", "export-inventory", "--db", str(db), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "which ssh reads as two files" in err and "Traceback" not in err
+
+
+def test_debug_image_identity_is_read_as_root(station, release_8275_debug, monkeypatch):
+    """Debug image: root logs in on the console and reads soc0, the UFS descriptor and the host key
+    files itself (no banner needed); the key is the one the board made at its first boot."""
+    monkeypatch.setenv("PROVISIONER_SIM_BOOT_SCALE", "0")
+    monkeypatch.setenv("PROVISIONER_CONSOLE_PASSWORD", "oelinux123")
+    (vb,) = control.up(1, "iq-8275-evk", root=station.root, faults=("unreachable",)).boards
+    try:
+        from provisioner.station.flash import FlashOptions, flash_release
+
+        station.config.consoles = {vb.serial: str(vb.console_link)}
+        with Records(station.config.database) as rec:
+            run = flash_release(release_8275_debug, station.config,
+                                FlashOptions(serials=(vb.serial,), boot_check=True, boot_timeout_s=30,
+                                             edl_timeout_s=15), records=rec)
+        assert run.ok, [r.error for r in run.results]
+        ident = run.results[0].identity
+        assert "source" not in ident and ident["serial"] == vb.serial and ident["ufs_serial"] == f"SIMUFS{vb.serial}"
+        assert [k["fingerprint"] for k in ident["host_keys"]] == [_board_key(vb)]
+    finally:
+        control.down(station.root)
