@@ -15,6 +15,7 @@ class ActionModule(BoardAction):
                              "why", "pull_retries", "pull_delay"))
     VARIABLES = {"commit": "edge_llm_update_os_commit", "kargs": "edge_llm_update_os_kargs",
                  "state_file": "edge_llm_update_os_state_file", "branch": "edge_llm_update_os_branch",
+                 "why": "edge_llm_update_os_why",
                  "repo_url": "edge_llm_update_os_repo_url", "remote": "edge_llm_update_os_remote",
                  "osname": "edge_llm_update_os_osname", "pull_retries": "edge_llm_update_os_pull_retries"}
 
