@@ -85,6 +85,22 @@ def start_id(pid: int) -> str | None:
     return f"{boot}:{fields[19]}"
 
 
+def pid_alive(pid: object) -> bool:
+    """Whether ``pid`` (as some record holds it, so checked by type) names a live process here.
+
+    kill(2) with signal 0 checks only that the process exists; EPERM means it does, as another user's.
+    """
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass(frozen=True)
 class GracefulStop:
     """Ctrl-C policy for a child that must finish or cancel its work itself (bitbake under kas).

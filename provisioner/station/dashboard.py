@@ -45,6 +45,7 @@ from typing import Any
 from aiohttp import web
 
 from provisioner.errors import StationError
+from provisioner.process import pid_alive
 from provisioner.station import edl
 from provisioner.station.config import StationConfig
 from provisioner.station.feed import FeedReceiver
@@ -122,7 +123,7 @@ class Dashboard:
         changed: list[str] = []
         if rows is not None:
             dead = {r["id"] for r in rows if r["result"] == "running" and r.get("host") == self._host
-                    and not _alive(r.get("pid"))}
+                    and not pid_alive(r.get("pid"))}
             changed += self.board.apply_attempts(rows, dead=dead)
         changed += self.board.apply_scan(in_edl)
         self._publish(changed)
@@ -252,18 +253,6 @@ class Dashboard:
             f" (last {LOG_TAIL_BYTES // 1024} KiB of {size} bytes)" if size > LOG_TAIL_BYTES else "") + "\n"
         return web.Response(text=head + data.decode("utf-8", errors="replace"), content_type="text/plain",
                             charset="utf-8")
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _sse(event: str, data: Any) -> bytes:

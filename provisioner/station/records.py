@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from provisioner.errors import StationError
-from provisioner.process import start_id
+from provisioner.process import pid_alive, start_id
 
 T = TypeVar("T")
 
@@ -252,18 +252,6 @@ def _end_process(pid: int, started: str) -> bool:
     return start_id(pid) != started
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Records:
     """The station database. ``writer=True`` takes the station lock (one flashing station per db).
 
@@ -415,7 +403,7 @@ class Records:
         writer = self._lockfile is not None
         settle: list[tuple[int, str, str, dict[str, Any] | None]] = []
         for r in rows:
-            if r["pid"] == me or not (writer or (r["host"] == host and not _pid_alive(r["pid"]))):
+            if r["pid"] == me or not (writer or (r["host"] == host and not pid_alive(r["pid"]))):
                 continue
             survivor = (r["host"] == host and r["qdl_pid"] and r["qdl_start"]
                         and start_id(r["qdl_pid"]) == r["qdl_start"])

@@ -11,6 +11,7 @@ see which recipes a manifest change would rebuild.
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 from pathlib import Path
@@ -207,3 +208,14 @@ def task_signatures(d) -> dict[str, str]:
     tasklist, gendeps, lookupcache = bb.data.generate_dependencies(d, ignore)
     _, basehash = bb.data.generate_dependency_hash(tasklist, gendeps, lookupcache, ignore, "recipe")
     return {tid.split(":")[-1]: h for tid, h in basehash.items()}
+
+
+class BitbakeErrors(logging.Handler):
+    """Collects bitbake's error/fatal log lines (bb.fatal logs, then raises BBHandledException)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())

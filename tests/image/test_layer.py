@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import subprocess
@@ -41,26 +40,6 @@ def _env(tmp_path: Path, distro_layer: Path, result=None, local: str = "", machi
         extra += (result.out_dir / "layers" / "meta-edge-llm-release",)
         local = _rendered_local_conf(result) + local
     return bbparse.make_env(tmp_path, extra, local_conf=local + 'DEBUG_LOGIN = "x"\n', machine=machine)
-
-
-class _Fatal(logging.Handler):
-    """Collects bitbake's error/fatal log lines (bb.fatal logs, then raises BBHandledException)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def fatal():
-    h = _Fatal()
-    logger = logging.getLogger("BitBake")
-    logger.addHandler(h)
-    yield h
-    logger.removeHandler(h)
 
 
 def test_layer_conf(tmp_path, distro_layer):

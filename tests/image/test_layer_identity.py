@@ -4,7 +4,6 @@ SSH host key is shipped."""
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
@@ -18,20 +17,11 @@ from provisioner.manifest import load_manifest
 from provisioner.station import identity
 from tests.image import bbparse
 from tests.image.kas_fixtures import write_manifest
-from tests.image.test_layer import _Fatal, _run
+from tests.image.test_layer import _run
 from tests.image.test_layer_ota import PLAIN, _env
 
 LAYER = bbparse.LAYER
 RECIPE = LAYER / "recipes-core/edge-llm-identity"
-
-
-@pytest.fixture
-def fatal():
-    h = _Fatal()
-    logger = logging.getLogger("BitBake")
-    logger.addHandler(h)
-    yield h
-    logger.removeHandler(h)
 
 
 def test_identity_recipe_installs_script_unit_and_issue_link(tmp_path):

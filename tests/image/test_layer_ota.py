@@ -19,7 +19,6 @@ from provisioner.image.render import render
 from provisioner.manifest import load_manifest
 from tests.image import bbparse
 from tests.image.kas_fixtures import write_manifest
-from tests.image.test_layer import _Fatal
 
 LAYER = bbparse.LAYER
 SOTA = 'DISTRO_FEATURES = "systemd usrmerge sota"\n'
@@ -165,7 +164,7 @@ def test_sota_image_fails_when_anything_is_left_in_opt(local, refused, tmp_path)
     rootfs = Path(d.getVar("IMAGE_ROOTFS"))
     (rootfs / "opt/vendor").mkdir(parents=True)
     (rootfs / "opt/vendor/tool").write_text("x")
-    h = _Fatal()
+    h = bbparse.BitbakeErrors()
     logging.getLogger("BitBake").addHandler(h)
     try:
         if refused:

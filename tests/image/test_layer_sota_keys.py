@@ -8,7 +8,6 @@ everyone out, Ansible included.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +19,7 @@ from provisioner.manifest import load_manifest
 from provisioner.sim.ostree_image import ostree_rootfs
 from tests.image import bbparse
 from tests.image.kas_fixtures import write_manifest
-from tests.image.test_layer import _Fatal, _login_rootfs, _run
+from tests.image.test_layer import _login_rootfs, _run
 from tests.image.test_layer_ota import PLAIN, SOTA, _env
 
 LAYER = bbparse.LAYER
@@ -28,15 +27,6 @@ KEYS = "ssh-ed25519 AAAA1 a@b\nssh-ed25519 AAAA2 c@d\n"
 KEYS_FILE = "usr/share/edge-llm/ssh/root/authorized_keys"
 # openembedded-core 06dd66e6 meta/recipes-connectivity/openssh/openssh/sshd_config, lines 13 and 43
 OE_SSHD_CONFIG = "Include /etc/ssh/sshd_config.d/*.conf\nAuthorizedKeysFile\t.ssh/authorized_keys\n"
-
-
-@pytest.fixture
-def fatal():
-    h = _Fatal()
-    logger = logging.getLogger("BitBake")
-    logger.addHandler(h)
-    yield h
-    logger.removeHandler(h)
 
 
 def _login_install(tmp_path: Path, local: str) -> Path:
