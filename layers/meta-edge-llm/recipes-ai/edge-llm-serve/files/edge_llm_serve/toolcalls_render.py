@@ -225,8 +225,9 @@ QWEN_TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object w
 
 def render_qwen25(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     """ChatML turns; tools in the system turn; results as user turns of <tool_response> blocks."""
-    system, rest = _split_system(messages)
-    sys_text = system if messages and messages[0].get("role") in ("system", "developer") else QWEN_DEFAULT_SYSTEM
+    _, rest = _split_system(messages)
+    given = messages and messages[0].get("role") in ("system", "developer")
+    sys_text = text_of(messages[0].get("content"), "messages[0]") if given else QWEN_DEFAULT_SYSTEM
     if tools:
         sys_text += QWEN_TOOLS_HEAD + "".join("\n" + _tojson(t) for t in tools) + QWEN_TOOLS_TAIL
     out = [f"<|im_start|>system\n{sys_text}<|im_end|>\n"]

@@ -334,7 +334,8 @@ class StreamParser:
         if not any(c.index is not None for c in self._block_calls):
             if not self._block_calls and s.strip(_WS):
                 self.problems.append("a tool-call block held no call the model's format allows")
-            self._text(self._dropped_ws + self._opened + s + (self._buf[len(s):len(self._buf) - len(rest)] if not self._bare else ""))
+            closing = "" if self._bare else self._buf[len(s):len(self._buf) - len(rest)]
+            self._text(self._dropped_ws + self._opened + s + closing)
         else:
             self._after_call = True
         self._in_block, self._buf = False, rest
