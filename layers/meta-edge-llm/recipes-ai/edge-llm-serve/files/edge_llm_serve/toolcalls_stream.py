@@ -64,43 +64,67 @@ class CallSyntax:
     bare_json: bool = False
 
 
+_STR_STOP = re.compile(r'["\\]')
+_BRACKET_STOP = re.compile(r'["{}\[\]]')
+_Scan = tuple[int, int, bool]     # where to resume: position, bracket depth, inside a string
+_Cache = dict[Any, Any]           # per block: value start -> _Scan, ("obj", start) -> finished object
+
+
+def _scan_nested(s: str, state: _Scan) -> tuple[int | None, _Scan]:
+    """Resume reading a JSON string, object or array; (end, state) with end None while it is open.
+
+    Resumable because a block's text only grows, so a long argument streamed in small pieces costs
+    linear time instead of being read again from its start at every piece.
+    """
+    j, depth, in_str = state
+    n = len(s)
+    while True:
+        if in_str:
+            m = _STR_STOP.search(s, j)
+            if not m:
+                return None, (n, depth, True)
+            j = m.start()
+            if s[j] == "\\":
+                if j + 1 >= n:
+                    return None, (j, depth, True)
+                j += 2
+                continue
+            in_str, j = False, j + 1
+            if depth == 0:
+                return j, (j, 0, False)
+            continue
+        m = _BRACKET_STOP.search(s, j)
+        if not m:
+            return None, (n, depth, False)
+        j = m.start()
+        c = s[j]
+        j += 1
+        if c == '"':
+            in_str = True
+        elif c in "{[":
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return j, (j, 0, False)
+
+
 def _scan_string(s: str, i: int) -> int | None:
     """End (exclusive) of the JSON string opening at ``s[i]``, or None if it is not closed yet."""
-    j = i + 1
-    while j < len(s):
-        c = s[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c == '"':
-            return j + 1
-        j += 1
-    return None
+    return _scan_nested(s, (i + 1, 0, True))[0]
 
 
-def _scan_value(s: str, i: int, final: bool) -> tuple[int | None, bool]:
+def _scan_value(s: str, i: int, final: bool, cache: _Cache | None = None) -> tuple[int | None, bool]:
     """(end, ok) of the JSON value at ``s[i]``: (None, True) incomplete, (None, False) not JSON."""
     c = s[i]
-    if c == '"':
-        return _scan_string(s, i), True
-    if c in "{[":
-        depth, j = 0, i
-        while j < len(s):
-            c = s[j]
-            if c == '"':
-                e = _scan_string(s, j)
-                if e is None:
-                    return None, True
-                j = e
-                continue
-            if c in "{[":
-                depth += 1
-            elif c in "}]":
-                depth -= 1
-                if depth == 0:
-                    return j + 1, True
-            j += 1
-        return None, True
+    if c in '"{[':
+        hit = cache.get(i) if cache is not None else None
+        if isinstance(hit, int):       # finished earlier: its end does not move
+            return hit, True
+        end, state = _scan_nested(s, hit or ((i + 1, 0, True) if c == '"' else (i, 0, False)))
+        if cache is not None:
+            cache[i] = end if end is not None else state
+        return end, True
     m = _LITERAL.match(s, i)
     if m and (m.end() < len(s) or final):
         return m.end(), True
@@ -115,11 +139,22 @@ def _skip_ws(s: str, j: int) -> int:
     return j
 
 
-def _scan_object(s: str, i: int, final: bool) -> tuple[dict[str, tuple[int, int | None]], int | None, str]:
+def _scan_object(s: str, i: int, final: bool, cache: _Cache | None = None
+                 ) -> tuple[dict[str, tuple[int, int | None]], int | None, str]:
     """Fields (key -> value span, end None while open), end and status of the object at ``s[i]``.
 
     Status: "complete", "partial" (more text may complete it) or "invalid".
     """
+    if cache is not None and ("obj", i) in cache:
+        return cache[("obj", i)]
+    result = _scan_fields(s, i, final, cache)
+    if cache is not None and result[2] == "complete":
+        cache[("obj", i)] = result
+    return result
+
+
+def _scan_fields(s: str, i: int, final: bool, cache: _Cache | None
+                 ) -> tuple[dict[str, tuple[int, int | None]], int | None, str]:
     fields: dict[str, tuple[int, int | None]] = {}
     j = _skip_ws(s, i + 1)
     while True:
@@ -141,7 +176,7 @@ def _scan_object(s: str, i: int, final: bool) -> tuple[dict[str, tuple[int, int 
         j = _skip_ws(s, j + 1)
         if j >= len(s):
             return fields, None, "partial"
-        end, ok = _scan_value(s, j, final)
+        end, ok = _scan_value(s, j, final, cache)
         if not ok:
             return fields, None, "invalid"
         fields[key] = (j, end)
@@ -185,6 +220,8 @@ class StreamParser:
     _bare: bool = False            # the current block is Llama's marker-less JSON
     _opened: str = ""              # the marker that opened the current block
     _block_calls: list[_Call] = field(default_factory=list)
+    _cache: _Cache = field(default_factory=dict)
+    _end_from: int = 0             # where to look for the closing marker next
     _started: bool = False         # a non-blank character has been seen (for bare JSON)
     _ws_hold: str = ""
     _dropped_ws: str = ""          # blanks before the current block, given back if it holds no call
@@ -217,7 +254,7 @@ class StreamParser:
     # ---- blocks -----------------------------------------------------------------------------------
     def _open_block(self, marker: str, bare: bool) -> None:
         self._in_block, self._bare, self._opened = True, bare, marker
-        self._block_calls = []
+        self._block_calls, self._cache, self._end_from = [], {}, 0
         self._dropped_ws, self._ws_hold = self._ws_hold, ""
 
     def _emit_header(self, c: _Call) -> None:
@@ -287,7 +324,7 @@ class StreamParser:
                 if final:
                     self._advance(k, s, {}, "invalid", True)
                 return None
-            fields, end, status = _scan_object(s, j, final)
+            fields, end, status = _scan_object(s, j, final, self._cache)
             self._advance(k, s, fields, status, status != "partial" or final)
             if status != "complete" or end is None:
                 return None
@@ -311,7 +348,8 @@ class StreamParser:
         """Work on the open block; True when it ended (the rest of ``_buf`` is text again)."""
         s, rest, ended, stop = self._buf, "", final, None
         if not self._bare:
-            hits = [(s.find(e), e) for e in self.syntax.ends if e in s]
+            hits = [(at, e) for e in self.syntax.ends if (at := s.find(e, self._end_from)) >= 0]
+            self._end_from = max(0, len(s) - max(map(len, self.syntax.ends)))
             if hits:
                 at, e = min(hits)
                 s, rest, ended = s[:at], s[at + len(e):], True
@@ -319,7 +357,7 @@ class StreamParser:
                 cut = max((n for e in self.syntax.ends for n in range(1, len(e))
                            if s.endswith(e[:n])), default=0)
                 s = s[:len(s) - cut]
-        first = s[_skip_ws(s, 0):][:1]
+        first = s[_skip_ws(s, 0):_skip_ws(s, 0) + 1]
         if self.syntax.python_tag and not self._bare and first and first not in "[{":
             if ended:
                 self._python_tag_body(s)
