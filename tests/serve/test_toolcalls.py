@@ -247,3 +247,17 @@ def test_nemotron_prompt_has_the_switch_the_tool_block_and_tool_responses():
 def test_unknown_family_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown model family 'gemma'"):
         tc.render("gemma", tc.prepare(LOOP))
+
+
+def test_llama_text_opening_with_a_brace_is_not_held_to_the_end():
+    p = tc.parser("llama3.1", new_id=ids())
+    assert p.feed("{Note") == [{"content": "{Note"}]
+    assert p.feed("} fine") == [{"content": "} fine"}]
+
+
+def test_history_with_tool_calls_renders_when_tool_choice_is_none():
+    none = tc.prepare({**LOOP, "tool_choice": "none"})
+    assert '<TOOLCALL>[{"name": "get_weather"' in tc.render("nemotron-nano", none)
+    assert "<tool_response>\n{\"temp_c\": 4}\n</tool_response>" in tc.render("qwen2.5", none)
+    p = tc.render("llama3.1", none)
+    assert "ipython<|end_header_id|>\n\n{\"temp_c\": 4}" in p and "Environment: ipython" not in p

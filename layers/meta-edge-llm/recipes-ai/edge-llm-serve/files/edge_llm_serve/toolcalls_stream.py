@@ -326,6 +326,8 @@ class StreamParser:
                 return None
             fields, end, status = _scan_object(s, j, final, self._cache)
             self._advance(k, s, fields, status, status != "partial" or final)
+            if status == "invalid" and self._bare:   # not JSON after all: the rest is text again
+                return j
             if status != "complete" or end is None:
                 return None
             j, k = end, k + 1
