@@ -261,3 +261,11 @@ def test_history_with_tool_calls_renders_when_tool_choice_is_none():
     assert "<tool_response>\n{\"temp_c\": 4}\n</tool_response>" in tc.render("qwen2.5", none)
     p = tc.render("llama3.1", none)
     assert "ipython<|end_header_id|>\n\n{\"temp_c\": 4}" in p and "Environment: ipython" not in p
+
+
+def test_assistant_text_beside_calls_is_kept_in_each_format():
+    said = {**LOOP, "messages": [*LOOP["messages"][:2], {**LOOP["messages"][2], "content": "Checking."},
+                                 LOOP["messages"][3]]}
+    r = tc.prepare(said)
+    assert 'Checking.\n\n<TOOLCALL>[{"name": "get_weather"' in tc.render("nemotron-nano", r)
+    assert '<|im_start|>assistant\nChecking.\n<tool_call>\n{"name": "get_weather"' in tc.render("qwen2.5", r)

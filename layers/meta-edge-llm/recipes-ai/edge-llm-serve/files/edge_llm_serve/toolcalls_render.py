@@ -152,9 +152,14 @@ def render_llama31(messages: list[dict[str, Any]], tools: list[dict[str, Any]] |
 # ---- Llama-3.1-Nemotron-Nano ----------------------------------------------------------------------
 # NVIDIA's model card (huggingface.co/nvidia/Llama-3.1-Nemotron-Nano-8B-v1 and -4B-v1.1): reasoning is
 # switched by the system prompt "detailed thinking on" / "detailed thinking off", and "all instructions
-# should be contained within the user prompt". Its tool-calling template (same repositories,
-# llama_nemotron_nano_generic_tool_calling.jinja) adds the tool block below to the system turn and
-# sends tool results back as a user turn wrapped in <TOOL_RESPONSE>[...]</TOOL_RESPONSE>.
+# should be contained within the user prompt"; for tools the card points vLLM at the tool-calling
+# template shipped in the same repository (llama_nemotron_nano_generic_tool_calling.jinja, parser
+# "llama_nemotron_json"). The tool block's wording below is NVIDIA's as its Nemotron templates render
+# it (checked against ggml-org/llama.cpp models/templates/NVIDIA-Nemotron-Nano-v2.jinja @ 5801ed35, whose
+# Jinja string literals print the placeholders' braces doubled, "[{{"name"..."; NVIDIA's speechlm2
+# function-calling template prints them single, as here); the Llama 3
+# turns around it and the results as a user turn of <TOOL_RESPONSE>[...]</TOOL_RESPONSE> follow the
+# Llama-Nemotron entries of public template registries. Compare with the .jinja of a real bundle.
 NEMOTRON_TOOL_INTRO = "You can use the following tools to assist the user if required:\n<AVAILABLE_TOOLS>["
 NEMOTRON_TOOL_RULES = (
     "]</AVAILABLE_TOOLS>\n\nIf you decide to call any tool(s), use the following format:\n"
@@ -199,8 +204,9 @@ def render_nemotron_nano(messages: list[dict[str, Any]], tools: list[dict[str, A
             text = text.split("</think>")[-1].lstrip()
             calls = [f'{{"name": "{c["function"]["name"]}", "arguments": {_tojson(call_args(c))}}}'
                      for c in m.get("tool_calls") or ()]
-            if calls:
-                text += "<TOOLCALL>[" + ", ".join(calls) + "]</TOOLCALL>"
+            if calls:   # the v2 template above: a blank line between any text and the calls
+                text = text.strip() + ("\n\n" if text.strip() else "") + "<TOOLCALL>[" + ", ".join(calls) \
+                    + "]</TOOLCALL>"
             out.append(_hdr("assistant") + text.strip() + "<|eot_id|>")
             continue
         if role == "user" and system and not moved:
