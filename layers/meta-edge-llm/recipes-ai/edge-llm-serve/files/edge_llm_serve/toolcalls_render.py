@@ -130,18 +130,20 @@ def render_llama31(messages: list[dict[str, Any]], tools: list[dict[str, Any]] |
     for n, m in enumerate(rest):
         role = m.get("role")
         if role in ("tool", "ipython"):
+            # as Meta's page shows it: the text as sent (the Hugging Face template's "is iterable" test
+            # is also true for strings, so it would JSON-quote a string result)
             out.append(_hdr("ipython") + text_of(m.get("content"), f"messages[{n}]") + "<|eot_id|>")
         elif role == "assistant" and m.get("tool_calls"):
-            parts, builtin = [], False
+            parts = []
             for c in m["tool_calls"]:
                 name, args = c["function"]["name"], call_args(c)
                 if name in builtins:
-                    builtin = True
                     parts.append("<|python_tag|>" + _llama_builtin_call(name, args))
                 else:
                     parts.append(f'{{"name": "{name}", "parameters": {_tojson(args)}}}')
-            # <|eom_id|>: the model's end of message when it waits for a tool (ipython mode)
-            out.append(_hdr("assistant") + "; ".join(parts) + ("<|eom_id|>" if builtin else "<|eot_id|>"))
+            # <|eom_id|>: the model's end of message when it waits for a tool; the template writes it
+            # after every call once built-ins are declared ("ipython mode"), else <|eot_id|>
+            out.append(_hdr("assistant") + "; ".join(parts) + ("<|eom_id|>" if builtins else "<|eot_id|>"))
         else:
             r = "system" if role == "developer" else role
             out.append(_hdr(r) + text_of(m.get("content"), f"messages[{n}]").strip() + "<|eot_id|>")
