@@ -261,7 +261,7 @@ class Rehearsal:
         is added to the image's authorized keys, as an ops team's key would be.
         """
         from provisioner.sim import synthetic_models
-        from provisioner.sim.host import controller_key
+        from provisioner.sim.sshd import controller_key
 
         original = load_manifest(src)  # validate the user's file first, with its own locations
         data = yaml.safe_load(src.read_text(encoding="utf-8"))

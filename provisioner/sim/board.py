@@ -310,6 +310,11 @@ class VirtualBoard:
                f"state={self._data.get('state')})"
 
 
+def host_dir(board: VirtualBoard) -> Path:
+    """The board's host-side folder for its running namespace (sshd config, agent record, overlay uppers)."""
+    return board.dir / "host"
+
+
 def ufs_serial(board: VirtualBoard) -> str:
     """The virtual board's UFS device serial string (what its UFS device descriptor would say)."""
     return f"SIMUFS{board.serial}"

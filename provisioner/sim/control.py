@@ -192,15 +192,15 @@ def write_inventory(root: str | os.PathLike[str] | None, path: Path | None = Non
     boards and concurrent rehearsals never share a service port. Written by the inventory
     contract's writer, so a virtual board's inventory has the keys a station export has; host
     connection variables (address, port, controller key, known_hosts, the board's python)
-    come from :func:`provisioner.sim.host.inventory_hosts`.
+    come from :func:`provisioner.sim.sshd.inventory_hosts`.
     """
-    from provisioner.sim import host, ports
+    from provisioner.sim import ports, sshd
 
     root_p = sim_root(root)
     by_serial = {b.serial: b for b in list_boards(root_p) if b.state == "booted"}
     booted = set(by_serial)
     hosts = []
-    for name, hv in sorted(host.inventory_hosts(root_p).items()):
+    for name, hv in sorted(sshd.inventory_hosts(root_p).items()):
         if hv.get("board_serial") not in booted:
             continue
         connection = {k: v for k, v in hv.items()

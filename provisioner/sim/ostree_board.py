@@ -62,9 +62,9 @@ def _ostree(*args: str) -> str:
 
 
 def _image_kargs(board: VirtualBoard) -> list[str]:
-    from provisioner.sim import host
+    from provisioner.sim import namespace
 
-    extra = [a for a in host.rootfs_cmdline(board.rootfs_dir).split()
+    extra = [a for a in namespace.rootfs_cmdline(board.rootfs_dir).split()
              if not a.startswith(_NOT_EXTRA) and a not in _NOT_EXTRA]
     return [*SOTA_KARGS, *extra]
 

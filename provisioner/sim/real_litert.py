@@ -10,7 +10,7 @@ template, conversation messages, max tokens, stop token: all the runtime's own),
 burst mode, FastRPC, the QAIRT match and the failure signatures.
 
 Host side, :func:`locate` finds the library and the model (or says in one line why not);
-:mod:`provisioner.sim.host` binds both read-only into the board under ``/run/edge-llm-sim`` and
+:mod:`provisioner.sim.namespace` binds both read-only into the board under ``/run/edge-llm-sim`` and
 names them in ``facts.json``. Board side, :class:`RealLiteRt` runs them; it imports only the
 standard library (it runs under the board's ``python3 -S`` as the service's user) and binds the
 C functions itself from ``c/engine.h`` at cbf463d, never with the service's prototype tables

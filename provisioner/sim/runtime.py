@@ -3,7 +3,7 @@
 Nothing here executes a model: there is no Hexagon NPU on the machines that run the tests. What
 the stand-ins do is reproduce, line for line, what the real programs print on a board and *why*:
 every speed figure and every failure is derived from what the calling process really sees inside
-its virtual board's mount namespace (see :mod:`provisioner.sim.host`):
+its virtual board's mount namespace (see :mod:`provisioner.sim.namespace`):
 
 * the QAIRT build of the host libraries found through ``LD_LIBRARY_PATH`` (stub files carry the
   build id as text, like the real libraries) against the model's build id (read from the model);
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 SIM_DIR = "/run/edge-llm-sim"              # inside a board's namespace (tmpfs)
-FACTS_NAME = "facts.json"                  # written by host.start_host: catalog facts of this board
+FACTS_NAME = "facts.json"                  # written by host.start_host (board_state.facts): catalog facts of this board
 BOARD_LINK = "board"                       # read-only bind of boards/<serial>/
 SRC_LINK = "src"                           # read-only bind of the directory holding the provisioner package
 PYTHON_LINK = "python3"                    # interpreter every board user may execute

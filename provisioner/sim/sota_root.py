@@ -1,6 +1,6 @@
 """The root a virtual sota board runs in: its booted OSTree deployment, mounted as a real QLI sota board has it.
 
-Runs inside the board's mount namespace (``provisioner.sim.host``) once the namespace's own mounts (``/etc``,
+Runs inside the board's mount namespace (``provisioner.sim.namespace``) once the namespace's own mounts (``/etc``,
 ``/dev``, ``/sys``, ``/proc/cmdline``, ``/run``) are built; ends with ``chroot`` into the deployment, so the
 board's sshd, services and every Ansible session see ``/`` = the deployment directory. That is what makes the
 real ``ostree`` treat the board as booted: ostree compares the device and inode of ``/`` with the sysroot it
@@ -22,7 +22,7 @@ and :898-930; v2022.7 :1036-1059 and :835-845), and only with ``/run/ostree-boot
 - ``/boot`` the ESP: image_types_ota.bbclass:124-136 moves ``loader/`` onto the ESP and keeps ``sysroot/boot``
   empty "for systemd to mount efi in /boot" (systemd-gpt-auto-generator(8) mounts the ESP at ``/boot`` when
   that directory is empty), so ``ostree admin deploy`` writes its entries where systemd-boot reads them;
-- ``/etc`` the namespace's ``/etc`` (host's below, the deployment's ``etc`` directories on top, see host.py).
+- ``/etc`` the namespace's ``/etc`` (host's below, the deployment's ``etc`` directories on top, see namespace.py).
 
 SIMULATED beyond the real layout: the host paths the simulator itself needs inside (the sim root, a Python
 prefix) are bound in, creating an empty top-level mount point in the deployment if it has none (clearing and

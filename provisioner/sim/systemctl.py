@@ -1,6 +1,6 @@
 """A small service manager standing in for systemd inside a virtual board's namespace.
 
-Installed as ``/usr/bin/systemctl`` in the namespace (see :mod:`provisioner.sim.host`). It is
+Installed as ``/usr/bin/systemctl`` in the namespace (see :mod:`provisioner.sim.namespace`). It is
 good enough for Ansible's ``ansible.builtin.systemd``/``systemd_service`` and ``service_facts``
 modules and for people typing ``systemctl status``: ``show`` (with the properties Ansible reads
 plus LimitMEMLOCK, MainPID, NRestarts...), ``start/stop/restart/reload/try-restart``,
