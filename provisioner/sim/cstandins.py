@@ -28,7 +28,8 @@ from pathlib import Path
 
 from provisioner import layout
 from provisioner.errors import SimError
-from provisioner.sim import runtime, systemctl
+from provisioner.sim import runtime
+from provisioner.sim.filelock import locked
 
 SRC_DIR = Path(__file__).with_name("clib")
 LITERT_LM = Path(layout.LITERT_CAPI_LIB).name     # liblitert-lm.so
@@ -96,7 +97,7 @@ def program(name: str) -> Path:
     if dest.is_file():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with systemctl.locked(dest.parent / ".lock"):
+    with locked(dest.parent / ".lock"):
         if dest.is_file():
             return dest
         if shutil.which(cc) is None:

@@ -228,11 +228,11 @@ def fastrpc_access(device: str = "/dev/fastrpc-cdsp") -> str | None:
 def _unit_active(view: BoardView, unit: str) -> bool:
     """Ask the board's service manager (the systemctl stand-in's state) whether ``unit`` runs."""
     try:
-        from provisioner.sim import systemctl
+        from provisioner.sim import service_manager
     except Exception:   # noqa: BLE001 - without the manager there is no daemon either
         return False
     try:
-        return systemctl.Manager().active_state(unit) == "active"
+        return service_manager.Manager().active_state(unit) == "active"
     except Exception:   # noqa: BLE001
         return False
 

@@ -17,8 +17,9 @@ from typing import Any
 
 from provisioner import layout
 from provisioner.errors import SimError
-from provisioner.sim import cstandins, runtime, systemctl
+from provisioner.sim import cstandins, runtime
 from provisioner.sim.board import VirtualBoard, list_boards, sim_root, ufs_serial
+from provisioner.sim.filelock import locked
 from provisioner.sim.namespace import run as _run
 
 SSH_HOST = "127.0.0.1"
@@ -37,7 +38,7 @@ def controller_key(root: str | os.PathLike[str] | None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     key = d / "id_ed25519"
-    with systemctl.locked(d / ".lock"):
+    with locked(d / ".lock"):
         if not key.is_file() or not key.with_suffix(".pub").is_file():
             for p in (key, key.with_suffix(".pub")):
                 p.unlink(missing_ok=True)
@@ -165,7 +166,7 @@ def write_sshd_config(hd: Path, key: Path, rootfs: Path, host_key: Path) -> None
 
 def add_known_host(root: Path, port: int, key: list[str]) -> None:
     kh = known_hosts(root)
-    with systemctl.locked(ssh_dir(root) / ".lock"):
+    with locked(ssh_dir(root) / ".lock"):
         lines = []
         with contextlib.suppress(OSError):
             lines = [ln for ln in kh.read_text().splitlines() if not ln.startswith(f"[{SSH_HOST}]:{port} ")]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.sim import host, ports
-from provisioner.sim.systemctl import parse_listen_stream
+from provisioner.sim.unit_files import parse_listen_stream
 from tests.sim.test_host_support import needs_root, ssh
 
 SLEEPER = "#!/bin/sh\n# test stand-in for the inference service\nexec sleep 600\n"
