@@ -9,14 +9,14 @@ again (limits.conf never applies to services: systemd.exec(5), LimitMEMLOCK=; QL
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
-from pathlib import Path
 from typing import Any
 
 from provisioner import layout
 from provisioner.contracts.inventory import HostVars
-from provisioner.fleet.onboard import SERVE_SCRIPT, serve
+from provisioner.fleet.onboard import program_bytes, serve
 from provisioner.fleet.serve_config import TOKEN_FILE, serve_config
 
 SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
@@ -93,7 +93,7 @@ def dropin_text(env: dict[str, str]) -> str:
 
 def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.SERVE_BASE_PORT,
           token_file: str | None = TOKEN_FILE) -> dict[str, Any]:
-    """Everything launch.yml writes for a board: script source, unit, token path, per model config + drop-in."""
+    """Everything launch.yml writes for a board: the program, unit, token path, per model config + drop-in."""
     instances = []
     for i, m in enumerate(expect.models):
         cfg = serve_config(expect.board, m, index=i, bind=bind, port_base=port_base, token_file=token_file)
@@ -109,7 +109,7 @@ def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.
             "health_url": health_url(bind, cfg["port"]),
             "qairt": m.qairt, "meta_path": f"{layout.model_current(m.name)}/{layout.MODEL_META}",
         })
-    return {"script_src": str(SERVE_SCRIPT), "script_dest": layout.SERVE_BIN,
+    return {"script_dest": layout.SERVE_BIN,
             "unit_path": f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", "unit_text": unit_text(expect.serve_user),
             "config_dir": SERVE_CONFIG_DIR, "token_file": token_file, "instances": instances}
 
@@ -162,7 +162,8 @@ def launch_spec(plan: dict[str, Any], *, user: str) -> dict[str, Any]:
     names = [i["unit"] for i in plan["instances"]]
     root = {"owner": "root", "group": "root"}
     files = [
-        {"path": plan["script_dest"], "content": Path(plan["script_src"]).read_text(encoding="utf-8"),
+        # the package as one zip application (onboard.program_bytes), so as base64: module options are text
+        {"path": plan["script_dest"], "content_b64": base64.b64encode(program_bytes()).decode("ascii"),
          "mode": "0755", **root, "reload": False, "units": names},
         {"path": plan["unit_path"], "content": plan["unit_text"], "mode": "0644", **root, "reload": True,
          "units": names},

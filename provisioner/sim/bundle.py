@@ -169,16 +169,17 @@ def _runtime_script(name: str) -> str:
             f"echo '{name}: simulated placeholder' >&2\nexit 1\n")
 
 
-def _serve_files(user: str) -> tuple[str, str]:
-    """(unit text, program text) of edge-llm-serve as the layer's recipe installs them.
+def _serve_files(user: str) -> tuple[str, bytes]:
+    """(unit text, program bytes) of edge-llm-serve for the virtual image.
 
-    Read from the layer's ``recipes-ai/edge-llm-serve/files`` (what bitbake packages), with the one
-    substitution its do_install makes (``@EDGE_LLM_INFERENCE_USER@`` -> the inference user): the
-    virtual image ships the image's unit, not the fleet's writer of it.
+    The unit is the layer's ``recipes-ai/edge-llm-serve/files`` one (what bitbake packages), with the one
+    substitution its do_install makes (``@EDGE_LLM_INFERENCE_USER@`` -> the inference user): the virtual
+    image ships the image's unit, not the fleet's writer of it. The program is the layer's package as the
+    one file ``fleet launch`` pushes (:func:`provisioner.shipped.serve_program`): a virtual board's
+    ``/usr/lib`` carries single files only, not the package directory the recipe puts in site-packages.
     """
-    files = shipped.layer_dir() / "recipes-ai" / "edge-llm-serve" / "files"
-    unit = (files / "edge-llm-serve@.service").read_text(encoding="utf-8")
-    return unit.replace("@EDGE_LLM_INFERENCE_USER@", user), (files / "edge-llm-serve").read_text(encoding="utf-8")
+    unit = (shipped.serve_dir() / "edge-llm-serve@.service").read_text(encoding="utf-8")
+    return unit.replace("@EDGE_LLM_INFERENCE_USER@", user), shipped.serve_program()
 
 
 def _stub_lib(name: str, qairt: str) -> bytes:
@@ -332,7 +333,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
     _write(tree, "/usr/lib/udev/rules.d/60-fastrpc.rules",
            f'KERNEL=="fastrpc-*", OWNER="{layout.FASTRPC_OWNER}", GROUP="{layout.FASTRPC_GROUP}", '
            f'MODE="{layout.FASTRPC_MODE:04o}"\n')
-    # The serve unit and program are the product's (the layer's files/edge-llm-serve and its unit).
+    # The serve unit and program are the product's (the layer's edge_llm_serve package and its unit).
     unit, serve = _serve_files(user)
     _write(tree, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", unit)
     _write(tree, layout.SERVE_BIN, serve, 0o755)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from provisioner.fleet import service
+from provisioner.fleet import onboard, service
 from provisioner.fleet.onboard import serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +36,9 @@ def test_bad_config_is_one_line_exit_2(tmp_path):
 
 
 def test_one_source_for_the_program_the_layer_and_the_fleet_install():
-    # the controller's module, the launch playbook's file and the recipe's file are one file
-    assert Path(serve.__file__).resolve() == (RECIPE / "files" / "edge-llm-serve").resolve()
-    assert service.SERVE_SCRIPT.resolve() == (RECIPE / "files" / "edge-llm-serve").resolve()
+    # the controller's package, the launch playbook's program and the recipe's files are one source
+    assert Path(serve.__file__).resolve() == (RECIPE / "files" / "edge_llm_serve" / "__init__.py").resolve()
+    assert onboard.SERVE_SCRIPT.resolve() == (RECIPE / "files" / "edge-llm-serve").resolve()
     assert not (REPO / "provisioner" / "board").exists()
     unit = (RECIPE / "files" / "edge-llm-serve@.service").read_text().replace(service.USER_PLACEHOLDER, "llm")
     assert unit == service.unit_text("llm")

@@ -22,7 +22,7 @@ LAYER = REPO / "layers" / "meta-edge-llm"
 QCOM_DISTRO_FIXTURE = REPO / "tests" / "fixtures" / "bitbake" / "meta-qcom-distro"
 
 STUB_CLASSES = ("packagegroup", "useradd", "systemd", "allarch", "extrausers", "image", "features_check",
-                "image-adbd")
+                "image-adbd", "python3-dir")
 
 # What a fixture meta-qcom-distro image stack (tests/fixtures/bitbake/meta-qcom-distro) needs to be
 # judged like the real one. The login-related ROOTFS_POSTPROCESS_COMMANDs oe-core schedules from

@@ -23,7 +23,9 @@ REPO = bbparse.REPO
 LAYER = bbparse.LAYER
 MANIFEST = (REPO / ".." / "shared" / "realworld" / "upstream" / "oe-core-06dd66e6" / "meta" / "recipes-devtools"
             / "python" / "python3" / "python3-manifest.json")
-SERVICE = LAYER / "recipes-ai" / "edge-llm-serve" / "files" / "edge-llm-serve"
+SERVICE_DIR = LAYER / "recipes-ai" / "edge-llm-serve" / "files"
+#: the entry point and the package edge_llm_serve: every file of the service the board runs
+SERVICE = [SERVICE_DIR / "edge-llm-serve", *sorted((SERVICE_DIR / "edge_llm_serve").rglob("*.py"))]
 COLLECTION = REPO / "playbooks" / "collections" / "ansible_collections" / "edge_llm" / "fleet" / "plugins"
 LIB = "${libdir}/python${PYTHON_MAJMIN}/"
 
@@ -172,7 +174,7 @@ def test_the_service_has_every_module_it_imports(manifest: dict[str, dict], inst
     """edge-llm-serve's own RDEPENDS hold every package its imports (and theirs, one level) live in."""
     import http.server
 
-    files = [SERVICE, Path(http.server.__file__)]   # http.server imports html at module level
+    files = [*SERVICE, Path(http.server.__file__)]   # http.server imports html at module level
     have = closure(installed["service"], manifest)
     assert missing(files, have, manifest) == {}
 

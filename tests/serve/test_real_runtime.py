@@ -11,7 +11,6 @@ import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -236,10 +235,8 @@ const char* litert_lm_stream_chunk_get_text(void* chunk) { return 0; }
 
 
 def test_a_library_of_another_abi_is_refused_at_start_with_one_line(tmp_path, start_board):
-    import importlib.machinery
-    loader = importlib.machinery.SourceFileLoader("edge_llm_serve_abi", str(
-        Path(__file__).resolve().parents[2] / "layers/meta-edge-llm/recipes-ai/edge-llm-serve/files/edge-llm-serve"))
-    names = [ln.split('"')[1] for ln in loader.get_source("edge_llm_serve_abi").splitlines()
+    from provisioner.fleet.onboard import SERVE_PACKAGE
+    names = [ln.split('"')[1] for ln in (SERVE_PACKAGE / "engines" / "cabi.py").read_text().splitlines()
              if ln.strip().startswith('"litert_lm_') and "(" in ln]
     src = tmp_path / "other.c"
     src.write_text(OTHER_ABI_C + "".join(f"void* {n}(void) {{ return 0; }}\n" for n in names))
@@ -397,15 +394,10 @@ class _StallingCancel:
 
 
 @pytest.mark.usefixtures("reference")     # skips, with its one line, where ../shared/realworld is absent
-def test_a_late_cancel_never_reaches_the_next_generation(tmp_path, monkeypatch):
+def test_a_late_cancel_never_reaches_the_next_generation(tmp_path):
     """Deterministic form of the churn test, in process on the real runtime: a client's cancel that is
     decided while its generation runs but lands after the next one started leaves the next one alone."""
-    import importlib.machinery
-    loader = importlib.machinery.SourceFileLoader("edge_llm_serve_cancel", str(
-        Path(__file__).resolve().parents[2] / "layers/meta-edge-llm/recipes-ai/edge-llm-serve/files/edge-llm-serve"))
-    serve = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    monkeypatch.setitem(sys.modules, loader.name, serve)      # dataclasses look their module up there
-    loader.exec_module(serve)
+    from provisioner.fleet.onboard import serve
     shutil.copy(TINY / "tiny.litertlm", tmp_path / "tiny.litertlm")
     engine = serve.LiteRtLmEngine({"runtime": "litert_lm", "library": str(real_library()), "model_dir": str(tmp_path),
                                    "model_file": "tiny.litertlm", "backend": "cpu", "cache_dir": ":nocache"})

@@ -1,8 +1,8 @@
 """A ctypes client of the runtimes' C APIs, run with the board's python inside a virtual board.
 
 It binds the libraries exactly as the on-board service does: with edge-llm-serve's own
-prototype tables and ``bind_library`` (loaded from /usr/bin/edge-llm-serve), so a stand-in that
-lacks a function or has another signature fails here as it would in the service. Prints one JSON
+prototype tables and ``bind_library`` (imported from /usr/bin/edge-llm-serve, a zip of the package), so a
+stand-in that lacks a function or has another signature fails here as it would in the service. Prints one JSON
 object: chunks, wall-clock marks and benchmark figures.
 usage: python3 - litert <model.litertlm> <dispatch dir> <prompt> [cancel]
        python3 - chat <model.litertlm> <dispatch dir> <user text> <max_tokens> [system text]
@@ -10,19 +10,14 @@ usage: python3 - litert <model.litertlm> <dispatch dir> <prompt> [cancel]
 """
 
 import ctypes
-import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
 import threading
 import time
 
-loader = importlib.machinery.SourceFileLoader("edge_llm_serve", "/usr/bin/edge-llm-serve")
-spec = importlib.util.spec_from_loader("edge_llm_serve", loader)
-svc = importlib.util.module_from_spec(spec)
-sys.modules["edge_llm_serve"] = svc
-loader.exec_module(svc)
+sys.path.insert(0, "/usr/bin/edge-llm-serve")     # the package, as the zip application fleet launch installs
+import edge_llm_serve as svc  # noqa: E402
 
 
 def lib_path(name):

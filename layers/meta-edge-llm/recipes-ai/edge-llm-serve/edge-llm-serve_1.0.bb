@@ -6,19 +6,24 @@ DESCRIPTION = "A stdlib-only Python service that loads the model once through th
                not needed). A bearer token per board; without it the service does not start. Instances \
                are edge-llm-serve@<model>.service, configured by /etc/edge-llm/serve/<model>.json, each \
                on the port its edge-llm-serve@<model>.socket holds (both written by the fleet's launch \
-               playbook). files/edge-llm-serve is the one source: the provisioner imports it and its \
-               launch playbook copies it to boards."
+               playbook). files/edge_llm_serve (the package, in python3's site-packages) and \
+               files/edge-llm-serve (its entry point, /usr/bin/edge-llm-serve) are the one source: the \
+               provisioner imports the package and its launch playbook copies it to boards."
 SECTION = "ai"
 LICENSE = "Apache-2.0"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10"
 
 SRC_URI = "file://edge-llm-serve \
+           file://edge_llm_serve \
            file://edge-llm-serve@.service \
 "
 
 S = "${UNPACKDIR}"
 
 inherit allarch systemd
+# PYTHON_SITEPACKAGES_DIR = "${libdir}/${PYTHON_DIR}/site-packages" (openembedded-core 850aa92a
+# meta/classes-recipe/python3-dir.bbclass line 12): where the target's python3 finds the package.
+inherit python3-dir
 
 # System user the service runs as (same variable as edge-llm-user; member of group fastrpc).
 EDGE_LLM_INFERENCE_USER ??= "llm"
@@ -33,15 +38,19 @@ do_compile[noexec] = "1"
 do_install() {
     install -d ${D}${bindir} ${D}${systemd_system_unitdir} ${D}${sysconfdir}/edge-llm/serve
     install -m 0755 ${UNPACKDIR}/edge-llm-serve ${D}${bindir}/edge-llm-serve
+    # the package's sources only (a checkout's __pycache__ stays out of the image)
+    install -d ${D}${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve/engines
+    install -m 0644 ${UNPACKDIR}/edge_llm_serve/*.py ${D}${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve/
+    install -m 0644 ${UNPACKDIR}/edge_llm_serve/engines/*.py ${D}${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve/engines/
     sed -e 's,@EDGE_LLM_INFERENCE_USER@,${EDGE_LLM_INFERENCE_USER},g' \
         ${UNPACKDIR}/edge-llm-serve@.service > ${D}${systemd_system_unitdir}/edge-llm-serve@.service
     chmod 0644 ${D}${systemd_system_unitdir}/edge-llm-serve@.service
 }
 
-FILES:${PN} += "${sysconfdir}/edge-llm/serve"
+FILES:${PN} += "${sysconfdir}/edge-llm/serve ${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve"
 # Modules by package per openembedded-core 06dd66e6 meta/recipes-devtools/python/python3/python3-manifest.json:
 # ctypes, socket (io), hmac and http/ (netclient), queue (threading), resource, socketserver (netserver),
 # html (html: http.server imports it at module level, and no package above pulls it in).
-# tests/image/test_layer_python.py derives the list from the service's imports.
+# tests/image/test_layer_python.py derives the list from the imports of the entry point and the package.
 RDEPENDS:${PN} = "python3-core python3-ctypes python3-html python3-io python3-json python3-netclient \
                   python3-netserver python3-resource python3-threading"

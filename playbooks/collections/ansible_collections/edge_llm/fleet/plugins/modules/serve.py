@@ -35,7 +35,7 @@ options:
     default: []
   files:
     description:
-      - Files, each {path, content, mode, owner, group, reload, units}.
+      - Files, each {path, content (text) or content_b64 (bytes, base64), mode, owner, group, reload, units}.
       - reload is true for a systemd unit or drop-in; units names the instances the file is an input of.
     type: list
     elements: dict
@@ -104,6 +104,7 @@ edge_llm:
   type: dict
 """
 
+import base64  # noqa: E402
 import grp  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -261,7 +262,8 @@ def main():
 
     changed_dirs = [str(d["path"]) for d in p["dirs"] if ensure_dir(d, check)]
     written, kept, reload, touched = [], [], False, set()
-    entries = [(f, str(f["content"]).encode("utf-8")) for f in p["files"]]
+    entries = [(f, base64.b64decode(f["content_b64"]) if f.get("content_b64") is not None
+                 else str(f["content"]).encode("utf-8")) for f in p["files"]]
     tf = p["token_file"]
     if tf:
         # no token (check mode before the first launch: the controller has none yet) means "would be created"

@@ -1,0 +1,375 @@
+"""The request handlers, one per route: bearer-token auth, then health, models, metrics and completions."""
+
+from __future__ import annotations
+
+import hmac
+import io
+import json
+import os
+import queue
+import re
+import socket
+import sys
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+
+from edge_llm_serve.config import DEFAULTS, STARTED, VERSION
+from edge_llm_serve.engines.base import Job
+from edge_llm_serve.metrics import backend_info
+from edge_llm_serve.validation import BadRequest, make_job, parse_body
+from edge_llm_serve.wire import OTHER, _Prefixed, _SendAll, client_gone, printable, route
+
+if TYPE_CHECKING:      # the server imports this module to build its handler class
+    from edge_llm_serve.server import Service
+
+PEER_CHECK_S = 0.002        # how often a streaming handler looks whether its client is still there
+
+
+def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
+    """The request handler class bound to one Service."""
+    cfg = svc.cfg
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = f"edge-llm-serve/{VERSION}"
+        protocol_version = "HTTP/1.1"
+
+        def __init__(self, conn: socket.socket, addr: Any, server: Any, head: bytes) -> None:
+            self._head = head
+            self._endpoint = OTHER
+            self._status = 0
+            self._peer_at = 0.0         # when _next last looked whether the client is still there
+            super().__init__(conn, addr, server)
+
+        def setup(self) -> None:
+            self.connection = self.request
+            self.rfile = io.BufferedReader(_Prefixed(self._head, self.request))
+            self.wfile = _SendAll(self.request)
+
+        def finish(self) -> None:
+            try:
+                self.wfile.close()
+            except OSError:
+                pass
+            if self._status:
+                svc.metrics.request(self._endpoint, self._status)
+
+        def log_request(self, code: Any = "-", size: Any = "-") -> None:
+            """One line per reply: method, path and status; never bodies, tokens or the query string
+            (OpenAI-style clients may put the key there: ``?api_key=``)."""
+            method = getattr(self, "command", None) or "-"
+            path = str(getattr(self, "path", "") or "-").split("?", 1)[0]
+            self.log_message("%s %s %s", method, path, int(code) if isinstance(code, int) else code)
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            sys.stderr.write(f"{self.address_string()} {printable(fmt % args)}\n")
+
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            """http.server's own parse errors (bad request line, oversized header), as JSON."""
+            self.close_connection = True
+            self._error(code, message or "bad request", "invalid_request_error")
+
+        # -- responses ---------------------------------------------------------------------
+        def _send(self, status: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None,
+                  ctype: str = "application/json") -> None:
+            data = (json.dumps(body) + "\n").encode() if isinstance(body, dict) else body.encode()
+            self._status = status
+            self.close_connection = True
+            self.wfile.hold()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+                self.wfile.release()
+            except OSError:
+                pass
+
+        def _error(self, status: int, message: str, kind: str, param: str | None = None, code: Any = None,
+                   headers: dict[str, str] | None = None) -> None:
+            self._send(status, {"error": {"message": message, "type": kind, "param": param,
+                                          "code": code if code is not None else status}}, headers)
+
+        def _not_ready(self) -> None:
+            sched = svc.scheduler
+            if sched.state == "loading":
+                self._error(503, "model is loading; retry shortly", "server_error", code="model_loading",
+                            headers={"Retry-After": "2"})
+            else:
+                self._error(503, f"model not loaded: {sched.reason}", "server_error", code="model_not_loaded")
+
+        def _authorized(self) -> bool:
+            got = self.headers.get("Authorization", "")
+            scheme, _, value = got.partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), svc.token.encode()):
+                return True
+            self._error(401, "missing or wrong bearer token" if got else "Authorization: Bearer <token> required",
+                        "authentication_error", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            return False
+
+        # -- GET ---------------------------------------------------------------------------
+        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            path = self.path.split("?", 1)[0]
+            self._endpoint = route(path)
+            sched = svc.scheduler
+            if path in ("/health", "/livez"):
+                body = {"status": "ok" if sched.ready else sched.state, "live": True, "ready": sched.ready,
+                        "model": cfg["model"], "runtime": cfg["runtime"], "busy": sched.current is not None,
+                        "queued": sched.depth, "init_s": sched.engine.init_s, "version": VERSION,
+                        # configured; runtime: what the runtime said it runs on (the pinned C API cannot
+                        # be asked); runtime_said: its warnings about accelerators (e.g. an NPU not registered)
+                        "backend": sched.engine.backend}
+                if sched.reason:
+                    body["reason"] = sched.reason
+                self._send(200 if sched.ready or path == "/livez" else 503, body)
+                return
+            if not self._authorized():
+                return
+            if path == "/v1/models":
+                self._send(200, {"object": "list", "data": [
+                    {"id": cfg["model"], "object": "model", "created": STARTED, "owned_by": "edge-llm"}]})
+            elif path == "/metrics":
+                self._send(200, svc.metrics.render({
+                    "edge_llm_queue_depth": ("Requests waiting for the NPU.", sched.depth),
+                    "edge_llm_busy": ("1 while a generation runs.", 1 if sched.current is not None else 0),
+                    "edge_llm_model_loaded": ("1 once the model is loaded.", 1 if sched.ready else 0),
+                    "edge_llm_open_connections": ("Open client connections.", svc.connections),
+                    **backend_info(sched.engine.backend)}),
+                    ctype="text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._error(404, f"no such endpoint {path!r}", "invalid_request_error", code="not_found")
+
+        # -- POST --------------------------------------------------------------------------
+        def do_POST(self) -> None:  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            self._endpoint = route(path)
+            kinds = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+            if path not in kinds:
+                self._error(404, f"no such endpoint {path!r}", "invalid_request_error", code="not_found")
+                return
+            if not self._authorized():
+                return
+            try:
+                body = parse_body(self._body())
+                job = make_job(cfg, kinds[path], body)
+            except BadRequest as exc:
+                self._error(exc.status, str(exc), exc.kind, exc.param, exc.code)
+                return
+            sched = svc.scheduler
+            if not sched.ready:
+                self._not_ready()
+                return
+            job.gone = lambda: client_gone(self.connection)
+            if not sched.submit(job):
+                retry = max(1, int(sched.avg_s * (sched.depth + 1) + 0.999))
+                self._error(429, f"the NPU is busy and {sched.max_queue} requests are queued; retry later",
+                            "rate_limit_exceeded", code="queue_full", headers={"Retry-After": str(retry)})
+                return
+            try:
+                if body.get("stream"):
+                    self._stream(job, kinds[path], body)
+                else:
+                    self._whole(job, kinds[path])
+            finally:
+                if not job.finished:      # the client went away or the write failed: free the NPU
+                    sched.cancel(job)
+
+        def _body(self) -> bytes:
+            """The request body, read within body_timeout_s in all (each read within read_timeout_s).
+
+            A per-read timeout alone let a body that trickles in a byte at a time hold its handler
+            slot for as long as the client liked.
+            """
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                raise BadRequest("chunked bodies are not accepted; send Content-Length", status=411)
+            value = self.headers.get("Content-Length")
+            if value is None:
+                raise BadRequest("Content-Length required", status=411)
+            # RFC 9110 section 8.6: Content-Length = 1*DIGIT, ASCII digits only. str.isdigit() and int()
+            # also take '²' or '1_0', and int('²') raised past the handler: the client got no reply.
+            if not re.fullmatch(r"[0-9]{1,12}", value.strip(" \t")):
+                raise BadRequest(f"bad Content-Length {printable(value[:40])!r}: it must be a decimal number")
+            length = int(value)
+            limit = int(cfg.get("max_body_bytes") or DEFAULTS["max_body_bytes"])
+            if length > limit:
+                raise BadRequest(f"request body {length} bytes exceeds the {limit}-byte limit", status=413)
+            deadline = time.monotonic() + svc.body_timeout
+            parts: list[bytes] = []
+            got = 0
+            try:
+                while got < length:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    self.connection.settimeout(min(left, svc.read_timeout))
+                    part = self.rfile.read1(length - got)
+                    if not part:
+                        raise BadRequest("request body shorter than Content-Length")
+                    parts.append(part)
+                    got += len(part)
+            except TimeoutError as exc:
+                raise BadRequest(f"request body not received within {svc.body_timeout:g} s "
+                                 f"(or a pause over {svc.read_timeout:g} s)", status=408) from exc
+            finally:
+                self.connection.settimeout(svc.read_timeout)
+            return b"".join(parts)
+
+        def _next(self, job: Job, watch: bool) -> tuple[Any, ...] | None:
+            """The job's next event; None (and the job cancelled) when the client went away.
+
+            The peer is looked at (a select and a peek) at least every PEER_CHECK_S while events flow
+            and on every wait, not only when a write fails: a write to a just-closed socket still
+            succeeds, so waiting for a failed write kept an abandoned generation on the NPU for two
+            more tokens while the next client queued. Not before every token: at thousands of tokens
+            a second those two system calls were a good part of the per-token cost.
+            """
+            while True:
+                try:
+                    ev = job.events.get(timeout=0.05)
+                except queue.Empty:
+                    ev = None
+                now = time.monotonic()
+                if watch and (ev is None or now - self._peer_at >= PEER_CHECK_S):
+                    self._peer_at = now
+                    if client_gone(self.connection):
+                        svc.scheduler.cancel(job)
+                        return None
+                if ev is not None:
+                    return ev
+
+        def _whole(self, job: Job, kind: str) -> None:
+            parts: list[str] = []
+            while True:
+                ev = self._next(job, watch=True)
+                if ev is None:
+                    return
+                if ev[0] == "text":
+                    parts.append(ev[1])
+                elif ev[0] == "error":
+                    job.finished = True
+                    self._failed(ev)
+                    return
+                else:
+                    job.finished = True
+                    done = ev[1]
+                    break
+            text = "".join(parts)
+            created = int(time.time())
+            if kind == "chat":
+                choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                          "finish_reason": done["finish_reason"], "logprobs": None}
+                obj, prefix = "chat.completion", "chatcmpl"
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": done["finish_reason"], "logprobs": None}
+                obj, prefix = "text_completion", "cmpl"
+            self._send(200, {"id": f"{prefix}-{os.urandom(12).hex()}", "object": obj, "created": created,
+                             "model": cfg["model"], "choices": [choice], "usage": done["usage"],
+                             "timing": done["timing"]})
+
+        def _failed(self, ev: tuple[Any, ...]) -> None:
+            """Answer an error event: the client's (400, e.g. a prompt longer than the context) or the runtime's (500)."""
+            if len(ev) > 2 and ev[2] == "context_length_exceeded":
+                self._error(400, ev[1], "invalid_request_error", code=ev[2])
+            else:
+                self._error(500, ev[1], "server_error", code="runtime_error")
+
+        def _stream(self, job: Job, kind: str, body: dict[str, Any]) -> None:
+            # Nothing is sent before the runtime's first event: a request it refuses before the
+            # first token (a prompt longer than the context) is then a plain HTTP error, not a 200
+            # followed by an error event.
+            first = self._next(job, watch=True)
+            if first is None:
+                return
+            if first[0] == "error":
+                job.finished = True
+                self._failed(first)
+                return
+            self._status = 200
+            self.close_connection = True
+            self.wfile.hold()                   # the head goes out with the first tokens
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            ident = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{os.urandom(12).hex()}"
+            created = int(time.time())
+            obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+            opts = body.get("stream_options")
+            include_usage = isinstance(opts, dict) and opts.get("include_usage") is True
+
+            def chunk(text: str | None, finish: str | None, first: bool = False) -> dict[str, Any]:
+                if kind == "chat":
+                    delta: dict[str, Any] = {"role": "assistant"} if first else {}
+                    if text is not None:
+                        delta["content"] = text
+                    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                else:
+                    choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+                return {"id": ident, "object": obj, "created": created, "model": cfg["model"], "choices": [choice]}
+
+            # A text event's SSE bytes are chunk(text, None) as json.dumps writes it, with only the text
+            # encoded per token: the rest of the object is the same for every token of the stream.
+            head, tail = json.dumps(chunk("\x00", None)).split(json.dumps("\x00"))
+            head, tail = "data: " + head, tail + "\n\n"
+
+            def event(ev: dict[str, Any] | str) -> str:
+                return f"data: {ev if isinstance(ev, str) else json.dumps(ev)}\n\n"
+
+            def write(data: str) -> bool:
+                try:
+                    self.wfile.write(data.encode())
+                    self.wfile.release()
+                    return True
+                except OSError:
+                    svc.scheduler.cancel(job)
+                    return False
+
+            out: list[str] = [event(chunk("", None, first=True))] if kind == "chat" else []
+            ev: tuple[Any, ...] | None = first
+            while True:
+                if ev is None:
+                    ev = self._next(job, watch=True)     # waits; looks at the peer now and then
+                    if ev is None:
+                        return
+                # Every event already queued goes out in this one write: when the client or the network
+                # is slower than the runtime, tokens cost one send() per batch, not one each.
+                batch = [ev]
+                while batch[-1][0] == "text":
+                    try:
+                        batch.append(job.events.get_nowait())
+                    except queue.Empty:
+                        break
+                ev = None
+                end: tuple[Any, ...] | None = None
+                for item in batch:
+                    if item[0] == "text":
+                        if item[1]:
+                            out.append(head + json.dumps(item[1]) + tail)
+                    else:
+                        end = item
+                if end is None:
+                    if out and not write("".join(out)):
+                        return
+                    out = []
+                    continue
+                job.finished = True
+                if end[0] == "error":
+                    out.append(event({"error": {"message": end[1], "type": "server_error", "param": None,
+                                                "code": "runtime_error"}}))
+                    write("".join(out) + event("[DONE]"))
+                    return
+                done = end[1]
+                out.append(event(chunk(None, done["finish_reason"]) if kind == "chat"
+                                 else chunk("", done["finish_reason"])))
+                if include_usage:
+                    out.append(event({"id": ident, "object": obj, "created": created, "model": cfg["model"],
+                                      "choices": [], "usage": done["usage"], "timing": done["timing"]}))
+                write("".join(out) + event("[DONE]"))
+                return
+
+    return Handler

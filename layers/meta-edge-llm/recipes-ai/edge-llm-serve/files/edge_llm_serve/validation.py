@@ -1,0 +1,174 @@
+"""Request bodies to jobs: every bad input becomes a JSON error naming the field, never a dropped connection."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from edge_llm_serve.config import DEFAULTS
+from edge_llm_serve.engines.base import Job
+from edge_llm_serve.prompts import render_chat, system_text
+
+# ---------------------------------------------------------------------------------------------
+# Request parsing: every bad input is a JSON error, never a dropped connection
+# ---------------------------------------------------------------------------------------------
+
+MAX_JSON_DEPTH = 32
+MAX_INT_DIGITS = 19
+
+
+class BadRequest(Exception):
+    """A client error with its HTTP status, OpenAI error type and offending parameter."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.kind, self.code = status, param, kind, code
+
+
+def _depth_ok(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when ``text`` nests arrays/objects at most ``limit`` deep (json would recurse per level)."""
+    depth, in_str, esc = 0, False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer with {len(digits.lstrip('-'))} digits")
+    return int(digits)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_strings(value: Any, where: str = "body") -> None:
+    """Refuse strings that are not valid Unicode text (a lone surrogate from a \\ud800 escape, NUL)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BadRequest(f"'{where}' is not valid Unicode (lone surrogate at {exc.start})", param=where) from exc
+        if "\x00" in value:
+            raise BadRequest(f"'{where}' contains a NUL character", param=where)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_strings(k, where)
+            _check_strings(v, k if where == "body" else where)
+    elif isinstance(value, list):
+        for v in value:
+            _check_strings(v, where)
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The request JSON object, or BadRequest saying what is wrong with it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"request body is not UTF-8 (byte {exc.start})") from exc
+    if not _depth_ok(text):
+        raise BadRequest(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        body = json.loads(text, parse_int=_bounded_int, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    _check_strings(body)
+    return body
+
+
+def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise BadRequest(f"'{key}' must be a number between {lo} and {hi}", param=key)
+    return float(v)
+
+
+def _content(value: Any, where: str) -> str:
+    """A message's content: a string or a list of {"type": "text", "text": ...} parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                       and isinstance(p.get("text"), str) for p in value):
+        return "".join(p["text"] for p in value)
+    raise BadRequest(f"'{where}' must be a string or a list of text parts", param=where)
+
+
+def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any]) -> Job:
+    """Validate an OpenAI request body and turn it into a Job (BadRequest on any bad field)."""
+    model = body.get("model")
+    if model is not None and model != cfg["model"]:
+        raise BadRequest(f"model {model!r} is not served here (this is {cfg['model']!r})", status=404,
+                         param="model", code="model_not_found")
+    if body.get("n", 1) != 1:
+        raise BadRequest("'n' must be 1 (one NPU, one answer)", param="n")
+    limit = int(cfg.get("max_tokens_limit") or DEFAULTS["max_tokens_limit"])
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    mt = body.get(key)
+    if mt is None:
+        mt = min(limit, int(cfg.get("default_max_tokens") or DEFAULTS["default_max_tokens"]))
+    elif isinstance(mt, bool) or not isinstance(mt, int) or not 1 <= mt <= limit:
+        raise BadRequest(f"'{key}' must be an integer between 1 and {limit}", param=key)
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    if not (isinstance(stop, list) and len(stop) <= 4 and all(isinstance(s, str) and s for s in stop)):
+        raise BadRequest("'stop' must be a string or up to 4 non-empty strings", param="stop")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise BadRequest("'seed' must be an integer", param="seed")
+    if not isinstance(body.get("stream", False), bool):
+        raise BadRequest("'stream' must be true or false", param="stream")
+    max_chars = int(cfg.get("max_prompt_chars") or DEFAULTS["max_prompt_chars"])
+    template = cfg.get("chat_template", "plain")
+    if kind == "completion":
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise BadRequest("'prompt' must be a non-empty string", param="prompt")
+        messages: list[dict[str, str]] = []
+        system = None
+    else:
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw:
+            raise BadRequest("'messages' must be a non-empty list", param="messages")
+        sys_parts, messages = [], []
+        for i, m in enumerate(raw):
+            if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
+                raise BadRequest(f"messages[{i}] needs a role of system, user or assistant", param="messages")
+            text = _content(m.get("content"), f"messages[{i}].content")
+            if m["role"] in ("system", "developer"):
+                sys_parts.append(text)
+            else:
+                messages.append({"role": m["role"], "content": text})
+        if not messages or messages[-1]["role"] != "user":
+            raise BadRequest("the last message must come from the user", param="messages")
+        system = system_text(cfg, "\n".join(sys_parts) or None)
+        prompt = render_chat(template, messages, system)
+    if len(prompt) > max_chars:
+        raise BadRequest(f"the prompt is {len(prompt)} characters; the limit is {max_chars}", param="prompt")
+    return Job(kind=kind, prompt=prompt, messages=messages, system=system, max_tokens=int(mt),
+               temperature=_number(body, "temperature", 0, 2), top_p=_number(body, "top_p", 0, 1),
+               seed=seed, stop=stop)
