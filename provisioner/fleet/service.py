@@ -14,9 +14,9 @@ import ipaddress
 import json
 from typing import Any
 
-from provisioner import layout
+from provisioner import layout, shipped
 from provisioner.contracts.inventory import HostVars
-from provisioner.fleet.onboard import program_bytes, serve
+from provisioner.fleet.onboard import SERVE_SCRIPT, program_bytes, serve
 from provisioner.fleet.serve_config import TOKEN_FILE, serve_config
 
 SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
@@ -164,7 +164,10 @@ def launch_spec(plan: dict[str, Any], *, user: str) -> dict[str, Any]:
     files = [
         # the package as one zip application (onboard.program_bytes), so as base64: module options are text
         {"path": plan["script_dest"], "content_b64": base64.b64encode(program_bytes()).decode("ascii"),
-         "mode": "0755", **root, "reload": False, "units": names},
+         "mode": "0755", **root, "reload": False, "units": names,
+         # an image's own entry point with the same package in its site-packages is current too
+         "package": {"name": shipped.SERVE_PACKAGE, "digest": shipped.serve_package_digest(),
+                     "entry_b64": base64.b64encode(SERVE_SCRIPT.read_bytes()).decode("ascii")}},
         {"path": plan["unit_path"], "content": plan["unit_text"], "mode": "0644", **root, "reload": True,
          "units": names},
     ]

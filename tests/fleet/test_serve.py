@@ -69,3 +69,46 @@ def test_launch_writes_a_socket_unit_that_holds_each_instances_port():
         assert spec["instances"][0]["socket"] == inst["socket"]
     moved = service.keep_board_endpoint(inst, json.dumps({"port": 9200, "bind": "127.0.0.1"}))
     assert "\nListenStream=127.0.0.1:9200\n" in moved["socket_text"]
+
+
+def test_a_board_whose_image_has_the_same_package_needs_no_copy(tmp_path, monkeypatch):
+    """The launch's program is current on a board when it is the same zip, or when it is the image's entry point
+    and the package the board's python3 imports has the controller's digest (one rule on both sides)."""
+    import importlib.util
+    import os
+    import shutil
+
+    from provisioner import shipped
+
+    collections = REPO / "playbooks/collections"      # the module imports its module_utils, as AnsiballZ ships them
+    monkeypatch.syspath_prepend(str(collections))
+    path = collections / "ansible_collections/edge_llm/fleet/plugins/modules/serve.py"
+    spec = importlib.util.spec_from_file_location("edge_llm_serve_module", path)
+    board = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(board)
+    site = tmp_path / "site-packages"
+    shutil.copytree(onboard.SERVE_PACKAGE, site / shipped.SERVE_PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.delitem(sys.modules, shipped.SERVE_PACKAGE)      # find it where the board's python3 would
+    monkeypatch.syspath_prepend(str(site))
+    entry = tmp_path / "edge-llm-serve"
+    entry.write_bytes(onboard.SERVE_SCRIPT.read_bytes())
+    entry.chmod(0o755)
+    spec_file = next(f for f in service.launch_spec(_plan(), user="llm")["files"] if f.get("package"))
+    assert spec_file["package"]["digest"] == shipped.serve_package_digest()
+    ids = (os.getuid(), os.getgid())
+    assert board.runs_package(str(entry), spec_file["package"], 0o755, *ids)
+    (site / shipped.SERVE_PACKAGE / "metrics.py").write_text("# another build\n", encoding="utf-8")
+    assert not board.runs_package(str(entry), spec_file["package"], 0o755, *ids)     # another package: copy
+    zipped = tmp_path / "zipped"
+    zipped.write_bytes(shipped.serve_program())
+    assert not board.differs(str(zipped), onboard.program_bytes(), 0o644, *ids)
+
+
+def _plan() -> dict:
+    from provisioner import catalog
+    from provisioner.contracts.inventory import HostVars, ModelVars
+
+    expect = HostVars(board=catalog.board("iq-8275-evk"), models=(
+        ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
+                  chat_template="gemma", file="m.litertlm"),))
+    return service.units(expect)

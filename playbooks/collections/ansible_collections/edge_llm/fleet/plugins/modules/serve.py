@@ -36,6 +36,8 @@ options:
   files:
     description:
       - Files, each {path, content (text) or content_b64 (bytes, base64), mode, owner, group, reload, units}.
+      - A file with package {name, digest, entry_b64} is also current when it is that entry point and the package
+        the board's python3 imports has that digest (an image's site-packages).
       - reload is true for a systemd unit or drop-in; units names the instances the file is an input of.
     type: list
     elements: dict
@@ -106,6 +108,8 @@ edge_llm:
 
 import base64  # noqa: E402
 import grp  # noqa: E402
+import hashlib  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import pwd  # noqa: E402
@@ -148,6 +152,44 @@ def differs(path, content, mode, uid, gid):
         return True
     with open(path, "rb") as fh:
         return fh.read() != content
+
+
+def package_digest(files):
+    """sha256 over sorted (name, bytes) pairs, each length-prefixed: the rule of the controller's
+    provisioner.shipped.serve_package_digest (this module runs on the board without the controller's package;
+    tests/fleet/test_serve.py keeps the two equal)."""
+    h = hashlib.sha256()
+    for name, data in sorted(files):
+        raw = name.encode("utf-8")
+        h.update(len(raw).to_bytes(4, "big") + raw + len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()
+
+
+def installed_package_digest(name):
+    """The digest of the package ``name`` as this board's python3 imports it (an image's site-packages), or None."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = list(spec.submodule_search_locations)[0]
+    parent = os.path.dirname(root)
+    files = []
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n.endswith(".py"):
+                full = os.path.join(d, n)
+                with open(full, "rb") as fh:
+                    files.append((os.path.relpath(full, parent).replace(os.sep, "/"), fh.read()))
+    return package_digest(files)
+
+
+def runs_package(path, package, mode, uid, gid):
+    """Whether the program at ``path`` is the image's entry point and the package it imports is the wanted one:
+    an image built from the same layer runs the same service without the launch's one-file copy."""
+    entry = base64.b64decode(package["entry_b64"])
+    return not differs(path, entry, mode, uid, gid) and installed_package_digest(package["name"]) == package["digest"]
 
 
 def write_atomic(path, content, mode, uid, gid):
@@ -272,6 +314,8 @@ def main():
         path, mode = str(entry["path"]), int(str(entry.get("mode") or "0644"), 8)
         uid, gid = ids(entry)
         if content is not None and not differs(path, content, mode, uid, gid):
+            continue
+        if entry.get("package") and runs_package(path, entry["package"], mode, uid, gid):
             continue
         if in_booted_commit(path):
             kept.append(path)
