@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from provisioner import layout
-from provisioner.fleet.onboard import SERVE_SCRIPT
+from provisioner.fleet.onboard import program_bytes
 from provisioner.sim import host
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.ota import otafleet as of
@@ -32,7 +32,7 @@ def test_launch_keeps_the_images_service_on_a_read_only_usr(tmp_path):
                         cache=tmp_path / "cache", base_index=470)
     try:
         # the image was built with another edge-llm-serve than the one this controller carries
-        image_serve = SERVE_SCRIPT.read_bytes() + b"\n# the image's own build\n"
+        image_serve = program_bytes() + b"\n# the image's own build\n"     # a virtual image's form of it
         tree = of.image_tree(fleet.rootfs(BOARD), tmp_path, "base-1", {layout.SERVE_BIN.lstrip("/"): image_serve})
         rel, commit = of.build_release(tmp_path, "base-1", tree)
         repo = tmp_path / "srv"

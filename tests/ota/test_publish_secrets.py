@@ -88,7 +88,7 @@ def test_the_token_paths_publish_knows_are_the_ones_the_fleet_and_the_service_us
     assert secrets.TOKEN_FILES == (TOKEN_FILE,)
     assert secrets.CONTROLLER_TOKEN_DIR == TOKEN_DIR_NAME
     layer = Path(__file__).resolve().parents[2] / "layers/meta-edge-llm"
-    service = layer / "recipes-ai/edge-llm-serve/files/edge-llm-serve"
+    service = layer / "recipes-ai/edge-llm-serve/files/edge_llm_serve/config.py"     # the service's DEFAULTS
     assert f'"token_file": "{TOKEN_FILE}"' in service.read_text()
 
 
