@@ -27,7 +27,8 @@ limits (see DEFAULTS).
 Where things are: config (defaults, token), startup (config file, run environment, main), server
 (selector front), wire (socket helpers, route labels, systemd's socket), routes (auth and one handler
 per route), validation (request bodies), scheduler, metrics, prompts (chat templates), engines
-(base, cabi, litert, genie), runtime_cli (the runtimes' programs, for the controller).
+(base, cabi, litert, genie), runtime_cli (the runtimes' programs, for the controller), toolcalls
+(with toolcalls_render and toolcalls_stream: tool calls in each Genie model family's prompt format).
 
 Standard library only, on purpose: a QLI image has no pip, and this package needs nothing on the board
 but python3 and the modules its recipe's RDEPENDS name. A server framework from meta-python (aiohttp,
