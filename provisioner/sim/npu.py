@@ -6,7 +6,7 @@ build ``LD_LIBRARY_PATH`` resolves, whether this process may open ``/dev/fastrpc
 ``RLIMIT_MEMLOCK``, the board's faults. So when an engine or dialog is created, the library
 starts this module as a child process (``posix_spawn`` of the board's python, environment,
 limits and credentials inherited) and asks it over a pipe. The checks are the ones the
-``litert_lm_main`` / ``genie-t2t-run`` stand-ins make (:mod:`provisioner.sim.runtime`), so a
+``litert_lm_main`` / ``genie-t2t-run`` stand-ins make (:mod:`provisioner.sim.npu_outcome`), so a
 library-based service fails exactly where the runtime would, with the runtime's log lines on
 its stderr (the service's journal); the speeds come from the same timing model.
 
@@ -41,26 +41,27 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from provisioner.sim import real_litert
-from provisioner.sim import runtime as rt
+from provisioner.sim import board_view as bv
+from provisioner.sim import litert_main, model_files, real_litert
+from provisioner.sim import npu_outcome as outcome
 
 SLEEP_CAP_S = 30.0
 
 
-def _scaled(view: rt.BoardView, seconds: float) -> float:
+def _scaled(view: bv.BoardView, seconds: float) -> float:
     return min(seconds * view.time_scale, SLEEP_CAP_S) if view.time_scale > 0 else 0.0
 
 
 class Loaded:
     """A model as one engine/dialog holds it: what it answers, how fast, whether it is garbage."""
 
-    def __init__(self, view: rt.BoardView, model: rt.ModelView, burst: bool, garbage: bool,
+    def __init__(self, view: bv.BoardView, model: model_files.ModelView, burst: bool, garbage: bool,
                  limit: int | None, real: real_litert.RealLiteRt | None = None) -> None:
         self.view, self.model, self.burst, self.garbage, self.limit = view, model, burst, garbage, limit
         self.real = real
 
 
-def open_real(view: rt.BoardView) -> real_litert.RealLiteRt | None:
+def open_real(view: bv.BoardView) -> real_litert.RealLiteRt | None:
     """The real runtime this board's facts name, or None (after one line on stderr saying why)."""
     where = view.facts.get("real_litert") or {"absent": "this board's facts name no real runtime"}
     if "absent" in where:
@@ -76,27 +77,28 @@ def open_real(view: rt.BoardView) -> real_litert.RealLiteRt | None:
     return real
 
 
-def load_litert(view: rt.BoardView, model_path: str) -> Loaded:
+def load_litert(view: bv.BoardView, model_path: str) -> Loaded:
     """What ``litert_lm_engine_create`` with backend npu does, fault for fault (as litert_lm_main)."""
     path = Path(model_path)
     if not path.is_file():
-        raise rt.RuntimeFailure([f"NOT_FOUND: Failed to open model file {model_path}: No such file or directory"])
-    model = rt.read_litertlm(view, path)
+        raise outcome.RuntimeFailure([f"NOT_FOUND: Failed to open model file {model_path}: No such file or directory"])
+    model = model_files.read_litertlm(view, path)
     print(f"I0000 engine.cc] Loading model {model_path} ({model.size} bytes)", file=sys.stderr)
     if model.truncated:
-        raise rt.RuntimeFailure([
+        raise outcome.RuntimeFailure([
             f"E0000 memory_mapped_file.cc] mmap failed: offset beyond end of file {model_path} "
             f"(size {model.size}, section ends at {model.declared_size})",
             "NOT_FOUND: TF_LITE_PREFILL_DECODE not found in the model."])
     # The directory litert_lm_engine_settings_set_litert_dispatch_lib_dir set (the library passes it
-    # here), else the model's: runtime.dispatch_lib_dir, LiteRT-LM cbf463d runtime/util/litert_util.cc:62-96.
-    where = rt.dispatch_lib_dir(model_path, os.environ.get("EDGE_LLM_SIM_DISPATCH_DIR") or None)
-    if not any(os.path.basename(p) == rt.DISPATCH_LIB for p in (rt.find_dispatch_libs(where) if where else [])):
-        raise rt.RuntimeFailure([
+    # here), else the model's: litert_main.dispatch_lib_dir, LiteRT-LM cbf463d runtime/util/litert_util.cc:62-96.
+    where = litert_main.dispatch_lib_dir(model_path, os.environ.get("EDGE_LLM_SIM_DISPATCH_DIR") or None)
+    found = litert_main.find_dispatch_libs(where) if where else []
+    if not any(os.path.basename(p) == litert_main.DISPATCH_LIB for p in found):
+        raise outcome.RuntimeFailure([
             "E0000 litert_util.cc] NPU accelerator could not be loaded and registered: InvalidArgument",
             "INTERNAL: Failed to initialize the NPU executor"])
-    stack = rt.probe_stack(view)
-    rt.check_stack(view, model, stack, "litert")
+    stack = bv.probe_stack(view)
+    outcome.check_stack(view, model, stack, "litert")
     burst = "no-burst" not in view.faults
     if burst:
         print("I0000 qnn_manager.cc] Set HTP performance mode: 2", file=sys.stderr)
@@ -104,38 +106,38 @@ def load_litert(view: rt.BoardView, model_path: str) -> Loaded:
         print("W0000 dispatch_api.cc] Failed to parse qnn options ... Null Qualcomm options; using defaults",
               file=sys.stderr)
     if "soc-config-14001" in view.faults:
-        raise rt.RuntimeFailure([
+        raise outcome.RuntimeFailure([
             "[ERROR] QnnDevice_create failed with error 14001",
             "INTERNAL: Failed to create NPU compiled model"])
-    rt.check_memlock(stack, "litert")
+    outcome.check_memlock(stack, "litert")
     garbage = "wrong-soc-model" in view.faults
     return Loaded(view, model, burst, garbage, None, None if garbage else open_real(view))
 
 
-def load_genie(view: rt.BoardView, config_json: str) -> Loaded:
+def load_genie(view: bv.BoardView, config_json: str) -> Loaded:
     """What ``GenieDialog_create`` does with a config (as genie-t2t-run after its config parse)."""
     try:
         cfg = json.loads(config_json)
     except ValueError as exc:
-        raise rt.RuntimeFailure([f"[ERROR] \"Failed to parse config: {exc}\""]) from None
+        raise outcome.RuntimeFailure([f"[ERROR] \"Failed to parse config: {exc}\""]) from None
     if not isinstance(cfg, dict):
-        raise rt.RuntimeFailure(["[ERROR] \"Invalid config: not a JSON object\""])
+        raise outcome.RuntimeFailure(["[ERROR] \"Invalid config: not a JSON object\""])
     model = _read_genie_json(view, cfg)
-    stack = rt.probe_stack(view, "libGenie.so")
+    stack = bv.probe_stack(view, "libGenie.so")
     if model.missing:
-        raise rt.RuntimeFailure([f"[ERROR] \"Could not open file {model.missing[0]}\"", "Failed to create dialog"])
+        raise outcome.RuntimeFailure([f"[ERROR] \"Could not open file {model.missing[0]}\"", "Failed to create dialog"])
     if model.truncated:
-        raise rt.RuntimeFailure([
+        raise outcome.RuntimeFailure([
             f"[ERROR] \"Failed to mmap context binary: {model.size} of {model.declared_size} bytes present\"",
             "Failed to create dialog"])
-    htp = rt.find_lib("libQnnHtp.so", rt._path_dirs("LD_LIBRARY_PATH"))
-    stack.host_lib, stack.host_build = htp, rt.library_build(htp) if htp else None
-    rt.check_stack(view, model, stack, "genie")
+    htp = bv.find_lib("libQnnHtp.so", bv.path_dirs("LD_LIBRARY_PATH"))
+    stack.host_lib, stack.host_build = htp, bv.library_build(htp) if htp else None
+    outcome.check_stack(view, model, stack, "genie")
     if model.dsp_arch and model.dsp_arch.lower() != view.arch:
-        raise rt.RuntimeFailure([
+        raise outcome.RuntimeFailure([
             f"[ERROR] QnnDsp <E> Context binary dsp_arch {model.dsp_arch} does not match the device "
             f"(Hexagon {view.arch.upper()})", "Failed to create device: 14001"])
-    rt.check_memlock(stack, "genie")
+    outcome.check_memlock(stack, "genie")
     print("[INFO] \"Using create From Binary\"", file=sys.stderr)
     burst = (model.perf_profile or "burst") == "burst"
     garbage = model.soc_model is not None and int(model.soc_model) != int(view.board["qnn_soc_model"])
@@ -143,8 +145,8 @@ def load_genie(view: rt.BoardView, config_json: str) -> Loaded:
     return Loaded(view, model, burst, garbage, limit if isinstance(limit, int) and limit > 0 else None)
 
 
-def _read_genie_json(view: rt.BoardView, cfg: dict[str, Any]) -> rt.ModelView:
-    """:func:`runtime.read_genie` on a config given as JSON rather than as a file.
+def _read_genie_json(view: bv.BoardView, cfg: dict[str, Any]) -> model_files.ModelView:
+    """:func:`model_files.read_genie` on a config given as JSON rather than as a file.
 
     The bundle directory is the one the context binaries name (absolute paths), else the current
     directory. A private temporary directory holds the JSON and a link to every file of that
@@ -160,7 +162,7 @@ def _read_genie_json(view: rt.BoardView, cfg: dict[str, Any]) -> rt.ModelView:
                 os.symlink(entry, Path(tmp) / entry.name)
         cfg_path = Path(tmp) / ".dialog-config.json"
         cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
-        model = rt.read_genie(view, cfg_path)
+        model = model_files.read_genie(view, cfg_path)
     model.path = str(base)
     return model
 
@@ -194,7 +196,7 @@ def _real_chunks(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> lis
         return None
 
 
-def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[rt.Timing, list[tuple[float, str]]]:
+def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[outcome.Timing, list[tuple[float, str]]]:
     """The timing and the chunks (with the sleep before each) of one generation."""
     text_in = _message_text(prompt) if mode == "conv" else prompt
     began = time.monotonic()
@@ -202,26 +204,26 @@ def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[rt.
     if real is not None:
         # one chunk per token as the runtime streams them; the NPU model says when each arrives. The
         # CPU generated them all already: that time counts against the first token's modelled TTFT.
-        t = rt.timing(loaded.view, loaded.model, rt.count_tokens(text_in) + 8, len(real), burst=loaded.burst,
+        t = outcome.timing(loaded.view, loaded.model, outcome.count_tokens(text_in) + 8, len(real), burst=loaded.burst,
                       rng=random.Random())
         per_token = _scaled(loaded.view, t.decode_s / max(len(real), 1))
         first = max(0.0, _scaled(loaded.view, t.ttft_s) - (time.monotonic() - began))
         # the pipe is line-based: a text chunk's newline becomes a space (JSON chunks have none raw)
         return t, [(first if i == 0 else per_token,
                     chunk.replace("\n", " ").replace("\t", " ")) for i, chunk in enumerate(real)]
-    coherent = rt.answer_for(text_in)
+    coherent = outcome.answer_for(text_in)
     limit = min([x for x in (loaded.limit, max_tokens if max_tokens > 0 else None) if x] or [0]) or None
     if limit:
-        coherent = rt.first_tokens(coherent, limit)
-    n = rt.count_tokens(coherent)
-    t = rt.timing(loaded.view, loaded.model, rt.count_tokens(text_in) + 8, n, burst=loaded.burst,
+        coherent = outcome.first_tokens(coherent, limit)
+    n = outcome.count_tokens(coherent)
+    t = outcome.timing(loaded.view, loaded.model, outcome.count_tokens(text_in) + 8, n, burst=loaded.burst,
                   rng=random.Random())
-    text = rt.garbage_for(text_in, n) if loaded.garbage else coherent
+    text = outcome.garbage_for(text_in, n) if loaded.garbage else coherent
     words = re.findall(r"\s*\S+", text)
     per_token = t.decode_s / max(n, 1)
     chunks: list[tuple[float, str]] = []
     for i, w in enumerate(words):
-        cost = _scaled(loaded.view, per_token * max(1, rt.count_tokens(w)))
+        cost = _scaled(loaded.view, per_token * max(1, outcome.count_tokens(w)))
         if i == 0:
             cost = _scaled(loaded.view, t.ttft_s)
         if mode == "conv":
@@ -240,9 +242,9 @@ def serve(kind: str, inp: BinaryIO | None = None, out: Any = None) -> int:
     inp = inp or sys.stdin.buffer
     out = out or sys.stdout
     try:
-        view = rt.BoardView.load()
+        view = bv.BoardView.load()
     except (OSError, ValueError):
-        print(f"{kind}: not on a virtual board (no {rt.SIM_DIR})", file=sys.stderr)
+        print(f"{kind}: not on a virtual board (no {bv.SIM_DIR})", file=sys.stderr)
         out.write("FAIL not on a virtual board\n")
         out.flush()
         return 1
@@ -258,14 +260,14 @@ def serve(kind: str, inp: BinaryIO | None = None, out: Any = None) -> int:
             payload = _read_payload(inp, int(parts[1]))
             try:
                 loaded = load_litert(view, payload) if kind == "litert" else load_genie(view, payload)
-            except rt.RuntimeFailure as failure:
+            except outcome.RuntimeFailure as failure:
                 for ln in failure.lines:
                     print(ln, file=sys.stderr)
                 sys.stderr.flush()
                 out.write(f"FAIL {failure.lines[-1] if failure.lines else 'failure'}\n")
                 out.flush()
                 continue
-            exp = rt.timing(view, loaded.model, 1, 0, burst=loaded.burst)
+            exp = outcome.timing(view, loaded.model, 1, 0, burst=loaded.burst)
             out.write(f"OK {exp.init_s:.4f} {_scaled(view, exp.init_s):.4f}\n")
             out.flush()
         elif parts[0] == "Q" and loaded is not None:

@@ -106,7 +106,7 @@ def test_a_max_tokens_flag_litert_lm_main_does_not_have_is_refused():
 
 
 def test_the_pinned_sources_take_the_dispatch_dir_from_the_model_path(upstream):
-    """The premise the simulator's stand-in models (provisioner.sim.runtime.dispatch_lib_dir), held to the real
+    """The premise the simulator's stand-in models (provisioner.sim.litert_main.dispatch_lib_dir), held to the real
     files: litert_lm_main never sets a dispatch directory, and litert_util.cc's fallback - the block patch 0001
     builds on Linux - is parent_path() of the model path."""
     main = (upstream / "runtime/engine/litert_lm_main.cc").read_text(encoding="utf-8")

@@ -16,7 +16,7 @@ import pytest
 
 from provisioner import catalog, layout
 from provisioner.sim import host, real_litert
-from provisioner.sim.runtime import GARBAGE_TOKEN, answer_for
+from provisioner.sim.npu_outcome import GARBAGE_TOKEN, answer_for
 from tests.sim.test_host_support import needs_root
 
 pytestmark = [needs_root, pytest.mark.root]

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from provisioner import catalog
-from provisioner.sim.runtime import GARBAGE_TOKEN, answer_for
+from provisioner.sim.npu_outcome import GARBAGE_TOKEN, answer_for
 from tests.sim.test_host_support import decode_speed, genie_cmd, litert_cmd, needs_root, ssh
 
 pytestmark = [needs_root, pytest.mark.root]

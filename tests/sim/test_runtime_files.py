@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.sim.runtime import litertlm_extent
+from provisioner.sim.model_files import litertlm_extent
 from provisioner.sim.synthetic_models import make_litertlm
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "realworld" / "litertlm" / "test_hf_tokenizer.litertlm"
