@@ -1,18 +1,18 @@
 """qdl stand-in: the host command line of qdl 2.5 plus the device side of a virtual board.
 
 Runs as ``<root>/bin/qdl`` (a wrapper around ``python3 -m provisioner.sim.qdl``) so the station
-calls it exactly like the real tool: same options, same messages, same exit codes (0 success,
-1 any failure), same habit of waiting forever for a device. The rawprogram/patch XML is read by
-this module's own small reader, the way qdl reads it (linux-msm/qdl v2.8-rc1 ``src/program.c``,
-``src/patch.c``, ``src/util.c``; never the station's parser, so the preflight is tested against
-something that behaves like qdl, not against itself): numbers through ``strtoul``, a missing
-attribute or an unknown tag fails a rawprogram file, ``filename=""`` is nothing to write, a
-missing image fails before any write, an image bigger than its partition is truncated with
-qdl's error line and the flash goes on (``src/firehose.c`` firehose_program). The device side then
-does what the firehose programmer does on the board: evaluates ``NUM_DISK_SECTORS`` expressions
-against the LUN size, writes every program op into the board's LUN image at
-``start_sector * sector_size``, applies only ``filename="DISK"`` patches, marks the boot LUN and
-resets the board.
+calls it exactly like the real tool: same options, same messages, same exit codes (0 success, 1 any
+failure), same habit of waiting forever for a device. The rawprogram/patch XML is read by the
+stand-in's own small reader (:mod:`provisioner.sim.qdl_xml`), the way qdl reads it (linux-msm/qdl
+v2.8-rc1 ``src/program.c``, ``src/patch.c``, ``src/util.c``; never the station's parser, so the
+preflight is tested against something that behaves like qdl, not against itself): numbers through
+``strtoul``, a missing attribute or an unknown tag fails a rawprogram file, ``filename=""`` is
+nothing to write, a missing image fails before any write, an image bigger than its partition is
+truncated with qdl's error line and the flash goes on (``src/firehose.c`` firehose_program). The
+device side (:mod:`provisioner.sim.lun_images`) then does what the firehose programmer does on the
+board: evaluates ``NUM_DISK_SECTORS`` expressions against the LUN size, writes every program op into
+the board's LUN image at ``start_sector * sector_size``, applies only ``filename="DISK"`` patches,
+marks the boot LUN and resets the board.
 
 ``PROVISIONER_SIM_QDL_FLAVOR=debian-2022`` (or the ``qdl-2022`` wrapper) behaves like Debian
 bookworm's ``qdl 1.0+git20220718`` instead: no ``--version``/``--serial``/``--dry-run``/
@@ -25,33 +25,25 @@ fault sets 2048), ``PROVISIONER_SIM_QDL_FAIL_AT=<label>`` (firehose NAKs that pa
 
 from __future__ import annotations
 
-import errno
-import functools
 import os
-import re
 import signal
 import struct
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from xml.etree import ElementTree
 
 from provisioner import catalog
 from provisioner.errors import UserError
-from provisioner.sim import sysfs
+from provisioner.sim import qdl_xml, sysfs
 from provisioner.sim.board import VirtualBoard, sim_root
+from provisioner.sim.lun_images import Device, image_extents
+from provisioner.sim.qdl_xml import DEV_CRC, DeviceError, Patch, Program, QdlFailure, bootable_lun, device_eval
 
 VERSION = "2.5"
 SLOW_RATE_KBPS = 2048
 POLL_S = 0.25
-DRY_RUN_DISK_BYTES = 64 * 1024 * 1024 * 1024
-
-
-class QdlFailure(Exception):
-    """A failure qdl reports on stderr before exiting 1."""
 
 
 @dataclass
@@ -186,413 +178,12 @@ def wait_for_device(root: Path, serial: str | None) -> UsbDevice:
         time.sleep(POLL_S)
 
 
-# ---------------------------------------------------------------------------------------------- XML reader
-def strtoul32(text: str) -> int:
-    """C ``(unsigned int)strtoul(text, NULL, 0)``, as qdl reads every numeric attribute (src/util.c).
-
-    Leading blanks and sign, ``0x`` hex, ``0`` octal, then digits up to the first other character
-    (``"4k"`` is 4, ``"²"`` is 0); saturates at ULONG_MAX like strtoul, then keeps the low 32 bits.
-    """
-    s = text.lstrip(" \t\n\r\f\v")
-    negative = s[:1] == "-"
-    if s[:1] in ("+", "-"):
-        s = s[1:]
-    if s[:2] in ("0x", "0X") and s[2:3] and s[2].lower() in "0123456789abcdef":
-        base, s = 16, s[2:]
-    elif s[:1] == "0":
-        base = 8
-    else:
-        base = 10
-    digits = "0123456789abcdef"[:base]
-    n = 0
-    for ch in s:
-        d = digits.find(ch.lower()) if ch.isascii() else -1
-        if d < 0:
-            break
-        n = min(n * base + d, (1 << 64) - 1)
-    if negative:
-        n = (-n) % (1 << 64)
-    return n & 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class Program:
-    """A <program> or <erase> as qdl holds it (struct firehose_op); ``filename`` "" = NULL in qdl."""
-
-    xml: Path
-    sector_size: int
-    filename: str
-    label: str
-    num_partition_sectors: int
-    lun: int
-    start_sector: str
-    file_sector_offset: int = 0
-    sparse: bool = False
-    erase: bool = False
-
-    @property
-    def skipped(self) -> bool:
-        return not self.erase and not self.filename
-
-    def start(self, num_disk_sectors: int) -> int:
-        return device_eval(self.start_sector, num_disk_sectors)
-
-
-@dataclass(frozen=True)
-class Patch:
-    """A <patch>; qdl sends only ``filename="DISK"`` ones to the device (firehose_apply_patch)."""
-
-    xml: Path
-    index: int
-    sector_size: int
-    byte_offset: int
-    filename: str
-    lun: int
-    size_in_bytes: int
-    start_sector: str
-    value: str
-
-    @property
-    def device_side(self) -> bool:
-        return self.filename == "DISK"
-
-    @property
-    def where(self) -> str:
-        return f"{self.xml.name} patch #{self.index}"
-
-
-class DeviceError(Exception):
-    """The firehose programmer NAKs a command (bad expression, out of range)."""
-
-
-_DEV_TOKEN = re.compile(r"\s*(?:([0-9]+)\.?|(NUM_DISK_SECTORS)|([-+*/]))", re.ASCII)
-_DEV_CRC = re.compile(r"^\s*CRC32\(([^,]+),([^)]+)\)\s*$")
-
-
-def device_eval(expr: str, num_disk_sectors: int) -> int:
-    """What the programmer on the board does with ``start_sector``/``value`` text qdl passes on
-    verbatim: decimals (trailing dot allowed), ``NUM_DISK_SECTORS``, ``+ - * /`` left to right."""
-    values: list[int] = []
-    ops: list[str] = []
-    pos, text = 0, expr.strip()
-    while pos < len(text):
-        m = _DEV_TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise DeviceError(f"cannot evaluate {expr[:40]!r}")
-        pos = m.end()
-        number, name, op = m.groups()
-        if (op is None) != (len(values) == len(ops)) or (number and len(number) > 20):
-            raise DeviceError(f"cannot evaluate {expr[:40]!r}")
-        if op is not None:
-            ops.append(op)
-        else:
-            values.append(num_disk_sectors if name else int(number))
-    if not values or len(values) != len(ops) + 1:
-        raise DeviceError(f"cannot evaluate {expr[:40]!r}")
-    result = values[0]
-    for op, v in zip(ops, values[1:], strict=True):
-        if op == "/" and v == 0:
-            raise DeviceError(f"division by zero in {expr[:40]!r}")
-        if op == "+":
-            result += v
-        elif op == "-":
-            result -= v
-        elif op == "*":
-            result *= v
-        else:
-            result //= v
-    return result
-
-
-def _attrs(node: ElementTree.Element, names: tuple[str, ...]) -> dict[str, str] | None:
-    """The attributes qdl reads, or None when one is missing (attr_as_* count it as an error)."""
-    if any(n not in node.attrib for n in names):
-        return None
-    return {n: node.attrib[n] for n in names}
-
-
-_PROGRAM_ATTRS = ("SECTOR_SIZE_IN_BYTES", "filename", "label", "num_partition_sectors",
-                  "physical_partition_number", "start_sector", "file_sector_offset")
-_ERASE_ATTRS = ("SECTOR_SIZE_IN_BYTES", "num_partition_sectors", "physical_partition_number", "start_sector")
-_PATCH_ATTRS = ("SECTOR_SIZE_IN_BYTES", "byte_offset", "filename", "physical_partition_number",
-                "size_in_bytes", "start_sector", "value", "what")
-
-
 def load_flash_file(path: Path) -> tuple[list[Program], list[Patch]]:
-    """Read one rawprogram or patch XML like qdl: file type from the root tag, then every entry."""
-    try:
-        root = ElementTree.parse(path).getroot()
-    except FileNotFoundError:
-        raise QdlFailure(f"{path} is not a verb and not a XML file") from None
-    except (OSError, ElementTree.ParseError):
-        raise QdlFailure(f'failed to parse XML file "{path}"\nfailed to detect file type of {path}') from None
-    programs: list[Program] = []
-    patches: list[Patch] = []
-    if root.tag == "patches":
-        for i, node in enumerate(root):
-            if node.tag != "patch":
-                _err(f'unrecognized tag "{node.tag}" in patch-type file, ignoring')
-                continue
-            a = _attrs(node, _PATCH_ATTRS)
-            if a is None:                           # qdl skips just this entry
-                _err(f'errors while parsing patch-type file "{path}"')
-                continue
-            patches.append(Patch(path, i, strtoul32(a["SECTOR_SIZE_IN_BYTES"]), strtoul32(a["byte_offset"]),
-                                 a["filename"], strtoul32(a["physical_partition_number"]),
-                                 strtoul32(a["size_in_bytes"]), a["start_sector"], a["value"]))
-        return programs, patches
-    if root.tag != "data" or not any(n.tag == "program" for n in root):
-        raise QdlFailure(f"failed to detect file type of {path}")
-    for node in root:
-        if node.tag == "program":
-            a = _attrs(node, _PROGRAM_ATTRS)
-            if a is None:
-                missing = next(n for n in _PROGRAM_ATTRS if n not in node.attrib)
-                raise QdlFailure(f"[PROGRAM] {path.name}: missing attribute {missing}\n"
-                                 f"errors while parsing program tag\nprogram_load {path} failed")
-            programs.append(Program(path, strtoul32(a["SECTOR_SIZE_IN_BYTES"]), a["filename"], a["label"],
-                                    strtoul32(a["num_partition_sectors"]),
-                                    strtoul32(a["physical_partition_number"]), a["start_sector"],
-                                    strtoul32(a["file_sector_offset"]), node.attrib.get("sparse") == "true"))
-        elif node.tag == "erase":
-            a = _attrs(node, _ERASE_ATTRS)
-            if a is None or strtoul32(a["num_partition_sectors"]) == 0:
-                why = "errors while parsing erase tag" if a is None else "erase tag with num_sectors=0 not allowed"
-                raise QdlFailure(f"{why}\nprogram_load {path} failed")
-            programs.append(Program(path, strtoul32(a["SECTOR_SIZE_IN_BYTES"]), "", node.attrib.get("label", ""),
-                                    strtoul32(a["num_partition_sectors"]),
-                                    strtoul32(a["physical_partition_number"]), a["start_sector"], erase=True))
-        else:
-            raise QdlFailure(f'unrecognized tag "{node.tag}" in program-type file "{path}"\n'
-                             f"program_load {path} failed")
-    return programs, patches
-
-
-def bootable_lun(programs: list[Program]) -> int | None:
-    """program_find_bootable_partition: the LUN of label xbl, else xbl_a, else sbl1."""
-    for label in ("xbl", "xbl_a", "sbl1"):
-        for p in programs:
-            if not p.erase and p.label == label:
-                return p.lun
-    return None
+    """One rawprogram or patch XML read by the stand-in's own reader, its warnings on qdl's stderr."""
+    return qdl_xml.load_flash_file(path, warn=_err)
 
 
 # ---------------------------------------------------------------------------------------------- flashing
-class Device:
-    """The firehose side: a board's LUN images (or, for --dry-run, nothing at all).
-
-    LUN sizes and file descriptors are looked up once per run: the patch step makes about
-    seventy small writes after the last image byte, where no modelled link time hides the
-    stand-in's own work (an open and a stat each was most of it).
-    """
-
-    def __init__(self, board: VirtualBoard | None, sector_size: int) -> None:
-        self.board = board
-        self.sector_size = sector_size
-        self.partitions: dict[str, dict[str, int]] = {}
-        self._sectors: dict[int, int] = {}
-        self._fds: dict[int, int] = {}
-
-    def num_disk_sectors(self, lun: int) -> int:
-        if self.board is None:
-            return DRY_RUN_DISK_BYTES // self.sector_size
-        if lun not in self._sectors:
-            path = self.board.lun_path(lun)
-            if not path.exists():
-                raise QdlFailure(f"firehose: LUN {lun} does not exist on this device")
-            self._sectors[lun] = path.stat().st_size // self.sector_size
-        return self._sectors[lun]
-
-    def _fd(self, lun: int) -> int:
-        assert self.board is not None
-        if lun not in self._fds:
-            self._fds[lun] = os.open(self.board.lun_path(lun), os.O_RDWR)
-        return self._fds[lun]
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-    def write(self, lun: int, offset: int, data: bytes) -> None:
-        if self.board is None:
-            return
-        os.pwrite(self._fd(lun), data, offset)
-
-    def zero(self, lun: int, offset: int, length: int) -> None:
-        if self.board is None:
-            return
-        with open(self.board.lun_path(lun), "r+b") as fh:
-            _zero_range(fh.fileno(), offset, length)
-
-    def write_extents(self, lun: int, base: int, image: Path, extents: Iterable[Extent], limit: int,
-                      usb: UsbClock | None = None) -> None:
-        """Write an image's extents at byte ``base`` of the LUN, up to ``limit`` bytes.
-
-        Data is copied kernel-side (``copy_file_range``), never through Python buffers, the way
-        real qdl's cost is the USB link and not the host CPU; zero extents become holes (punched,
-        so a re-flash really clears old data while LUN images stay sparse). ``usb`` paces the
-        bytes to the modelled link rate by sleeping.
-        """
-        if self.board is None:
-            return
-        done = 0
-        with open(self.board.lun_path(lun), "r+b") as out, open(image, "rb") as src:
-            for ext in extents:
-                if ext.offset >= limit:
-                    break
-                length = min(ext.length, limit - ext.offset)
-                for pos, n in _slices(ext.offset, length, usb):
-                    if ext.src is not None:
-                        _copy_range(src.fileno(), ext.src + (pos - ext.offset), out.fileno(), base + pos, n)
-                    elif ext.fill is not None:
-                        os.pwrite(out.fileno(), ext.fill * (n // len(ext.fill)), base + pos)
-                    else:
-                        _zero_range(out.fileno(), base + pos, n)
-                    if usb is not None:
-                        usb.spend(n)
-                done = ext.offset + length
-            end = -(-done // self.sector_size) * self.sector_size      # zero-pad the last sector
-            if end > done:
-                _zero_range(out.fileno(), base + done, min(end, limit) - done)
-
-    def read(self, lun: int, offset: int, length: int) -> bytes:
-        if self.board is None:
-            return b"\0" * length
-        return os.pread(self._fd(lun), length, offset).ljust(length, b"\0")
-
-
-SPARSE_MAGIC = 0xED26FF3A
-CHUNK_RAW, CHUNK_FILL, CHUNK_DONT_CARE, CHUNK_CRC32 = 0xCAC1, 0xCAC2, 0xCAC3, 0xCAC4
-PACE_CHUNK = 256 * 1024          # bytes between two pacing sleeps on a throttled link
-
-
-@dataclass(frozen=True)
-class Extent:
-    """A piece of the expanded image at ``offset``: the image file's bytes at ``src``, a repeated
-    4-byte ``fill`` pattern (sparse FILL chunk), or zeros (both None)."""
-
-    offset: int
-    length: int
-    src: int | None = None
-    fill: bytes | None = None
-
-
-def image_extents(path: Path, skip: int, sparse: bool) -> tuple[int, Iterator[Extent]]:
-    """(expanded size, iterator of :class:`Extent`) for an image file; reads headers, never data.
-
-    Android sparse images (``sparse="true"``, qdl >= 2.2) are expanded chunk by chunk; DONT_CARE
-    chunks are not written at all, as on the real device. A raw image's holes (``SEEK_HOLE``)
-    become zero extents, its data ranges file ranges.
-    """
-    with open(path, "rb") as fh:
-        head = fh.read(28)
-    if sparse and len(head) == 28 and struct.unpack_from("<I", head)[0] == SPARSE_MAGIC:
-        _, _, _, hdr_sz, chunk_hdr_sz, blk_sz, total_blks, total_chunks, _ = struct.unpack("<IHHHHIIII", head)
-        file_size = path.stat().st_size
-
-        def sparse_iter() -> Iterator[Extent]:
-            with open(path, "rb") as fh:
-                pos, off = hdr_sz, 0
-                for _ in range(total_chunks):
-                    ch = os.pread(fh.fileno(), chunk_hdr_sz, pos)
-                    if len(ch) < 12:
-                        raise QdlFailure(f"{path.name}: sparse image is truncated")
-                    ctype, _, nblk, _ = struct.unpack_from("<HHII", ch)
-                    pos += chunk_hdr_sz
-                    length = nblk * blk_sz
-                    if ctype == CHUNK_RAW:
-                        if pos + length > file_size:
-                            raise QdlFailure(f"{path.name}: sparse image is truncated")
-                        yield Extent(off, length, src=pos)
-                        pos += length
-                    elif ctype == CHUNK_FILL:
-                        value = os.pread(fh.fileno(), 4, pos)
-                        pos += 4
-                        yield Extent(off, length, fill=None if value == b"\0\0\0\0" else value)
-                    elif ctype == CHUNK_CRC32:
-                        pos += 4
-                    elif ctype != CHUNK_DONT_CARE:
-                        raise QdlFailure(f"{path.name}: unknown sparse chunk type 0x{ctype:04x}")
-                    off += length
-        return blk_sz * total_blks, sparse_iter()
-
-    end = path.stat().st_size
-    size = max(0, end - skip)
-
-    def raw_iter() -> Iterator[Extent]:
-        with open(path, "rb") as fh:
-            fd, pos = fh.fileno(), skip
-            while pos < end:
-                try:
-                    data = os.lseek(fd, pos, os.SEEK_DATA)
-                except OSError as exc:      # ENXIO: only a hole is left; EINVAL: no hole support
-                    data = end if exc.errno == errno.ENXIO else pos
-                if data > pos:
-                    yield Extent(pos - skip, min(data, end) - pos)
-                    pos = data
-                    if pos >= end:
-                        return
-                try:
-                    hole = min(os.lseek(fd, pos, os.SEEK_HOLE), end)
-                except OSError:
-                    hole = end
-                yield Extent(pos - skip, hole - pos, src=pos)
-                pos = hole
-    return size, raw_iter()
-
-
-def _slices(offset: int, length: int, usb: UsbClock | None) -> Iterator[tuple[int, int]]:
-    """One slice unthrottled (the kernel copies it at once), else PACE_CHUNK pieces to pace."""
-    step = length if usb is None or not usb.rate else PACE_CHUNK
-    pos, stop = offset, offset + length
-    while pos < stop:
-        n = min(step, stop - pos)
-        yield pos, n
-        pos += n
-
-
-def _copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int) -> None:
-    """Copy ``length`` bytes file to file in the kernel; pread/pwrite where copy_file_range is not."""
-    while length > 0:
-        try:
-            n = os.copy_file_range(src_fd, dst_fd, length, src_off, dst_off)
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                raise
-            n = os.pwrite(dst_fd, os.pread(src_fd, min(length, 1 << 20), src_off), dst_off)
-        if n <= 0:                          # the image shrank under us: the rest reads as zeros
-            _zero_range(dst_fd, dst_off, length)
-            return
-        src_off, dst_off, length = src_off + n, dst_off + n, length - n
-
-
-@functools.cache
-def _fallocate() -> Callable[[int, int, int, int], int] | None:
-    """libc fallocate(2), looked up once per process (Python's os has no PUNCH_HOLE)."""
-    try:
-        import ctypes
-
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-        fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-        return fn
-    except (OSError, AttributeError):
-        return None
-
-
-def _zero_range(fd: int, offset: int, length: int) -> None:
-    """Zero ``length`` bytes at ``offset``: punch a hole (stays sparse), else write zeros."""
-    if length <= 0:
-        return
-    fallocate = _fallocate()
-    if fallocate is not None and fallocate(fd, 0x01 | 0x02, offset, length) == 0:   # KEEP_SIZE | PUNCH_HOLE
-        return
-    zeros = bytes(min(length, 1 << 20))
-    while length:
-        n = os.pwrite(fd, zeros[:min(length, len(zeros))], offset)
-        offset, length = offset + n, length - n
-
-
 class UsbClock:
     """The modelled USB link: every byte costs ``1 / rate`` seconds from the moment qdl starts
     talking to the device, and :meth:`spend` sleeps until the link would have carried it.
@@ -826,7 +417,7 @@ def _apply_patch(device: Device, patch, sector_size: int) -> None:
     nsec = device.num_disk_sectors(patch.lun)
     try:
         start = device_eval(patch.start_sector, nsec)
-        crc = _DEV_CRC.match(patch.value)
+        crc = DEV_CRC.match(patch.value)
         if crc is not None:
             crc_start, crc_len = device_eval(crc[1], nsec), device_eval(crc[2], nsec)
             value = zlib.crc32(device.read(patch.lun, crc_start * sector_size, crc_len)) & 0xFFFFFFFF

@@ -10,7 +10,7 @@ We refuse what qdl would refuse, and name the file, line, entry and attribute in
 the person at the station can fix the bundle. Numbers must be plain ASCII decimals that fit in
 32 bits: ``strtoul`` would silently read ``"4k"`` as 4 or wrap ``"4294967296"`` to 0.
 
-The simulator's qdl stand-in has its own reader (``provisioner.sim.qdl``); the two are never shared.
+The simulator's qdl stand-in has its own reader (``provisioner.sim.qdl_xml``); the two are never shared.
 """
 
 from __future__ import annotations

@@ -247,7 +247,7 @@ def test_stand_in_reads_xml_with_its_own_reader():
     """The stand-in must not test the preflight against itself: no station code behind its XML reading."""
     import ast
 
-    import provisioner.sim.qdl as simqdl
+    import provisioner.sim.qdl_xml as simqdl
 
     tree = ast.parse(Path(simqdl.__file__).read_text(encoding="utf-8"))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -260,7 +260,7 @@ def test_stand_in_reads_xml_with_its_own_reader():
     ("4294967296", 0), ("9" * 5000, 0xFFFFFFFF), ("-1", 0xFFFFFFFF),
 ])
 def test_numbers_are_read_like_strtoul_into_32_bits(text, value):
-    from provisioner.sim.qdl import strtoul32
+    from provisioner.sim.qdl_xml import strtoul32
 
     assert strtoul32(text) == value
 
