@@ -89,6 +89,7 @@ from edge_llm_serve.engines.cabi import (
 )
 from edge_llm_serve.engines.genie import GenieEngine
 from edge_llm_serve.engines.litert import LITERT_MAX_TOKENS_REACHED, LiteRtLmEngine, runtime_log_report
+from edge_llm_serve.fields import HONOURED, MESSAGE_REFUSED, NEUTRAL, REFUSED, refusal
 from edge_llm_serve.metrics import DECODE_BUCKETS, TTFT_BUCKETS, Metrics, backend_info
 from edge_llm_serve.prompts import TEMPLATES, apply_chat_template, render_chat, system_text
 from edge_llm_serve.routes import PEER_CHECK_S, make_handler
@@ -108,9 +109,11 @@ from edge_llm_serve.wire import (
     HEALTH_ROUTES,
     HEALTH_SLOTS,
     MAX_HEAD_BYTES,
+    MODEL_ROUTE,
     OTHER,
     ROUTES,
     SD_LISTEN_FDS_START,
+    STATUS_CODES,
     activation_socket,
     client_gone,
     client_key,
@@ -118,9 +121,23 @@ from edge_llm_serve.wire import (
     head_route,
     printable,
     route,
+    status_code,
 )
 
 __all__ = [
+    "HONOURED",
+    "MESSAGE_REFUSED",
+    "NEUTRAL",
+    "REFUSED",
+    "refusal",
+    "HONOURED",
+    "MESSAGE_REFUSED",
+    "NEUTRAL",
+    "REFUSED",
+    "refusal",
+    "MODEL_ROUTE",
+    "STATUS_CODES",
+    "status_code",
     "annotations",
     "DEFAULTS",
     "STARTED",

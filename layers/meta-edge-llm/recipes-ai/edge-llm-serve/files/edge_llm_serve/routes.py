@@ -11,6 +11,7 @@ import re
 import socket
 import sys
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from edge_llm_serve.config import DEFAULTS, STARTED, VERSION
 from edge_llm_serve.engines.base import Job
 from edge_llm_serve.metrics import backend_info
 from edge_llm_serve.validation import BadRequest, make_job, parse_body
-from edge_llm_serve.wire import OTHER, _Prefixed, _SendAll, client_gone, printable, route
+from edge_llm_serve.wire import MODEL_ROUTE, OTHER, _Prefixed, _SendAll, client_gone, printable, route, status_code
 
 if TYPE_CHECKING:      # the server imports this module to build its handler class
     from edge_llm_serve.server import Service
@@ -92,7 +93,7 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
         def _error(self, status: int, message: str, kind: str, param: str | None = None, code: Any = None,
                    headers: dict[str, str] | None = None) -> None:
             self._send(status, {"error": {"message": message, "type": kind, "param": param,
-                                          "code": code if code is not None else status}}, headers)
+                                          "code": str(code) if code is not None else status_code(status)}}, headers)
 
         def _not_ready(self) -> None:
             sched = svc.scheduler
@@ -129,9 +130,16 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                 return
             if not self._authorized():
                 return
+            model = {"id": cfg["model"], "object": "model", "created": STARTED, "owned_by": "edge-llm"}
             if path == "/v1/models":
-                self._send(200, {"object": "list", "data": [
-                    {"id": cfg["model"], "object": "model", "created": STARTED, "owned_by": "edge-llm"}]})
+                self._send(200, {"object": "list", "data": [model]})
+            elif self._endpoint == MODEL_ROUTE:
+                asked = urllib.parse.unquote(path[len("/v1/models/"):])
+                if asked == cfg["model"]:
+                    self._send(200, model)
+                else:
+                    self._error(404, f"model {printable(asked)!r} is not served here (this is {cfg['model']!r})",
+                                "invalid_request_error", param="model", code="model_not_found")
             elif path == "/metrics":
                 self._send(200, svc.metrics.render({
                     "edge_llm_queue_depth": ("Requests waiting for the NPU.", sched.depth),

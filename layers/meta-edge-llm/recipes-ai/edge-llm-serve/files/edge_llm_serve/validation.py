@@ -7,6 +7,7 @@ from typing import Any
 
 from edge_llm_serve.config import DEFAULTS
 from edge_llm_serve.engines.base import Job
+from edge_llm_serve.fields import MESSAGE_REFUSED, REFUSED, refusal
 from edge_llm_serve.prompts import render_chat, system_text
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +120,17 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any]) -> Job:
     if model is not None and model != cfg["model"]:
         raise BadRequest(f"model {model!r} is not served here (this is {cfg['model']!r})", status=404,
                          param="model", code="model_not_found")
-    if body.get("n", 1) != 1:
+    refused = refusal(kind, body)
+    if refused:
+        field, why = refused
+        raise BadRequest(why, param=field, code="unsupported_parameter" if field in REFUSED else "unknown_parameter")
+    opts = body.get("stream_options")
+    if opts is not None and not (isinstance(opts, dict) and set(opts) <= {"include_usage", "include_obfuscation"}
+                                 and all(isinstance(v, bool) for v in opts.values())
+                                 and opts.get("include_obfuscation") is not True):
+        raise BadRequest("'stream_options' may hold include_usage (true or false) only: the stream is not "
+                         "obfuscated", param="stream_options")
+    if body.get("n", 1) not in (1, None):
         raise BadRequest("'n' must be 1 (one NPU, one answer)", param="n")
     limit = int(cfg.get("max_tokens_limit") or DEFAULTS["max_tokens_limit"])
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
@@ -156,8 +167,15 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any]) -> Job:
             raise BadRequest("'messages' must be a non-empty list", param="messages")
         sys_parts, messages = [], []
         for i, m in enumerate(raw):
+            if isinstance(m, dict) and m.get("role") in ("tool", "function"):
+                raise BadRequest(f"messages[{i}] has role {m['role']!r}: not supported yet: this service does not "
+                                 "call tools", param=f"messages[{i}].role", code="unsupported_parameter")
             if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
                 raise BadRequest(f"messages[{i}] needs a role of system, user or assistant", param="messages")
+            for key in sorted(k for k, v in m.items() if k not in ("role", "content") and v is not None):
+                why = MESSAGE_REFUSED.get(key, "not a field of an OpenAI message this service knows")
+                raise BadRequest(f"messages[{i}].{key} is refused: {why}", param=f"messages[{i}].{key}",
+                                 code="unsupported_parameter" if key in MESSAGE_REFUSED else "unknown_parameter")
             text = _content(m.get("content"), f"messages[{i}].content")
             if m["role"] in ("system", "developer"):
                 sys_parts.append(text)

@@ -21,7 +21,8 @@ from edge_llm_serve.config import ConfigError
 # ---------------------------------------------------------------------------------------------
 
 MAX_HEAD_BYTES = 16384
-ROUTES = ("/health", "/livez", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions")
+MODEL_ROUTE = "/v1/models/{id}"    # GET one model: one label for every id a client asks about
+ROUTES = ("/health", "/livez", "/v1/models", MODEL_ROUTE, "/metrics", "/v1/chat/completions", "/v1/completions")
 HEALTH_ROUTES = ("/health", "/livez")
 HEALTH_SLOTS = 4       # handler slots only /health and /livez may use, on top of max_handlers
 OTHER = "other"        # the metric label of every path that is not a route
@@ -34,7 +35,21 @@ def route(target: str) -> str:
     unauthenticated requests grow the label set (and every /metrics reply) without bound.
     """
     path = target.split("?", 1)[0]
+    if path.startswith("/v1/models/") and len(path) > len("/v1/models/"):
+        return MODEL_ROUTE
     return path if path in ROUTES else OTHER
+
+
+#: OpenAI's error object carries ``code`` as a string (or null); an error with no code of its own gets
+#: the one of its HTTP status
+STATUS_CODES = {400: "invalid_request", 401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed",
+                408: "request_timeout", 411: "length_required", 413: "request_too_large", 429: "rate_limit_exceeded",
+                500: "server_error", 503: "service_unavailable"}
+
+
+def status_code(status: int) -> str:
+    """The error ``code`` string of an HTTP status (``http_<status>`` for one without a name here)."""
+    return STATUS_CODES.get(status, f"http_{status}")
 
 
 def head_route(head: bytes | bytearray) -> str:
@@ -154,7 +169,8 @@ def close_after_reply(sock: socket.socket) -> None:
 
 def _quick_reply(sock: socket.socket, status: int, reason: str, message: str, kind: str,
                  extra: str = "") -> None:
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None,
+                                 "code": status_code(status)}}).encode()
     try:
         sock.setblocking(True)
         sock.settimeout(1)

@@ -1,0 +1,124 @@
+"""Every request field of OpenAI's chat and completions APIs is honoured or refused by name, on the real runtime.
+
+The fields are read from the official ``openai`` package's request types (``openai.types.chat.
+completion_create_params`` and ``openai.types.completion_create_params``), so a field a newer client
+knows is sent too: the service answers it (a field it honours) or refuses it with a 400 whose ``param``
+names it and whose message says why; it never answers as if the field were not there.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from provisioner.fleet.onboard import serve
+from tests.serve import test_real_runtime as real_runtime
+from tests.serve.conftest import TOKEN
+
+real_board = real_runtime.real_board          # the real runtime's fixtures (tiny.litertlm, backend cpu)
+reference = real_runtime.reference
+client = real_runtime.client
+
+#: a value of each field that asks for something (not the field's neutral "off" value)
+SAMPLES: dict[str, object] = {
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+    "tool_choice": "required", "parallel_tool_calls": True, "functions": [{"name": "f", "parameters": {}}],
+    "function_call": "auto", "response_format": {"type": "json_object"}, "logprobs": True, "top_logprobs": 2,
+    "logit_bias": {"50256": -100}, "frequency_penalty": 0.5, "presence_penalty": 0.5, "audio": {"voice": "alloy",
+    "format": "wav"}, "modalities": ["text", "audio"], "prediction": {"type": "content", "content": "x"},
+    "reasoning_effort": "low", "verbosity": "low", "web_search_options": {}, "store": True,
+    "metadata": {"k": "v"}, "service_tier": "flex", "moderation": {"enabled": True}, "prompt_cache_key": "k",
+    "prompt_cache_retention": "24h", "prompt_cache_options": {}, "user": "u-1", "safety_identifier": "s-1",
+    "best_of": 2, "echo": True, "suffix": " end",
+    # honoured ones
+    "max_tokens": 2, "max_completion_tokens": 2, "temperature": 0.5, "top_p": 1.0, "stop": ["\n\n"], "seed": 7,
+    "stream": False, "stream_options": {"include_usage": True}, "n": 1,
+}
+SKIP_WALK = {"model", "messages", "prompt"}     # sent with every request
+
+
+def fields(params: type) -> list[str]:
+    """The request fields a TypedDict of the openai package declares (its bases included), plus ``stream``."""
+    return sorted(set(typing.get_type_hints(params)) | {"stream"})
+
+
+def post(board, path: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(f"{board.url}{path}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_each_field_of_the_openai_request_types_is_honoured_or_refused_by_name(real_board, kind):
+    from openai.types import completion_create_params as completion
+    from openai.types.chat import completion_create_params as chat
+
+    board = real_board()
+    params = chat.CompletionCreateParamsBase if kind == "chat" else completion.CompletionCreateParamsBase
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    base = ({"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2} if kind == "chat"
+            else {"model": "tiny", "prompt": "Hello", "max_tokens": 2})
+    walked = [f for f in fields(params) if f not in SKIP_WALK]
+    assert {"tools", "response_format", "max_completion_tokens", "logit_bias"} & set(walked) or kind == "completion"
+    for name in walked:
+        sample = SAMPLES.get(name, "a value")
+        status, body = post(board, path, base | {name: sample})
+        # parallel_tool_calls has no value that asks for anything without tools: both are neutral
+        neutral = any(sample == n and type(sample) is type(n) for n in serve.NEUTRAL.get(name, ()))
+        if name in serve.HONOURED[kind] or neutral:
+            assert status == 200, (name, body)
+            assert body["choices"], (name, body)
+        else:
+            assert status == 400, (name, status, body)
+            err = body["error"]
+            assert err["param"] == name and f"'{name}'" in err["message"], (name, err)
+            assert isinstance(err["code"], str) and err["type"] == "invalid_request_error", err
+            if name in serve.REFUSED:
+                assert serve.REFUSED[name] in err["message"]
+    # a neutral value (what client libraries send by default) changes nothing, so it is accepted
+    neutral = {k: v[0] for k, v in serve.NEUTRAL.items() if k in walked}
+    status, body = post(board, path, base | neutral)
+    assert status == 200, body
+
+
+def test_max_completion_tokens_is_honoured_and_tool_messages_are_refused_by_name(real_board):
+    c = client(real_board())
+    out = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}],
+                                    max_completion_tokens=3)
+    assert out.usage.completion_tokens == 3 and out.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError) as exc:      # an agent loop's second turn: refused, by name
+        c.chat.completions.create(model="tiny", messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}])
+    assert exc.value.body["param"] == "messages[1].tool_calls" and "not supported yet" in exc.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as exc:
+        c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}],
+                                  tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    assert exc.value.body["param"] == "tools" and exc.value.body["code"] == "unsupported_parameter"
+
+
+def test_one_model_by_id_and_error_codes_are_strings(real_board):
+    board = real_board()
+    c = client(board)
+    model = c.models.retrieve("tiny")
+    assert model.id == "tiny" and model.object == "model"
+    with pytest.raises(openai.NotFoundError) as exc:
+        c.models.retrieve("llama-3-70b")
+    assert exc.value.body["code"] == "model_not_found" and exc.value.body["param"] == "model"
+    status, body = post(board, "/v1/chat/completions", {"messages": "not a list"})
+    assert status == 400 and isinstance(body["error"]["code"], str)
+    req = urllib.request.Request(f"{board.url}/v1/models", headers={"Authorization": "Bearer wrong"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert isinstance(json.loads(err.value.read())["error"]["code"], str)
