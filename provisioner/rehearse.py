@@ -20,88 +20,35 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import requests
 import yaml
 
-from provisioner import catalog, context, tools
+from provisioner import context, tools
 from provisioner.errors import UserError
 from provisioner.manifest import Manifest, load_manifest
-from provisioner.steps import Listener, Step, StepResult, StepRunner
+from provisioner.rehearse_lanes import (
+    Lane,
+    RehearsalError,
+    RehearsalOptions,
+    RehearsalReport,
+    assign_faults,
+    diagnosis,
+    split_boards,
+)
+from provisioner.steps import Listener, Step, StepRunner
 from provisioner.ui import Reporter
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 BUILTIN_EXAMPLES = ("gemma4-e2b-iq8275.yaml", "nemotron-nano-iq9075.yaml")
-# Faults that only make sense for one runtime: burst mode and the SoC guard are LiteRT-LM patches,
-# soc_model lives in a Genie bundle's HTP config.
-FAULT_RUNTIME = {"no-burst": "litert_lm", "soc-config-14001": "litert_lm", "wrong-soc-model": "genie"}
 CONSOLE_PASSWORD_FILE = "console.pw"   # in the sim root, mode 0600
 HOST_TOOLS = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("mkfs.ext4", "e2fsprogs"),
               ("debugfs", "e2fsprogs"), ("unshare", "util-linux"),
               ("gcc", "gcc"))      # builds the virtual boards' stand-in NPU libraries (provisioner/sim/clib)
 PYTHON_TOOLS = ("ansible-playbook", "ansible-inventory")   # ansible-core, a pip dependency of this tool
 MAX_CONSOLES = 32      # boards driven at once over their consoles / HTTP (threads waiting on I/O)
-
-
-class RehearsalError(UserError):
-    """A rehearsal stage failed."""
-
-
-@dataclass
-class RehearsalOptions:
-    manifests: tuple[Path, ...] = ()
-    boards: int = 4
-    faults: tuple[str, ...] = ()
-    keep: bool = False
-    work_dir: Path | None = None
-    sim_root: Path | None = None
-    prompt: str = "Explain in one sentence what an NPU is."
-    ota: bool = False             # then a whole-image update of the launched boards (provisioner.rehearse_ota)
-
-
-@dataclass
-class Lane:
-    """One manifest and the virtual boards that receive its release."""
-
-    source: Path
-    manifest: Manifest
-    count: int
-    faults: list[str] = field(default_factory=list)
-    synthetic_models: list[str] = field(default_factory=list)
-    model_files: dict[str, Path] = field(default_factory=dict)
-    release_dir: Path | None = None
-    serials: list[str] = field(default_factory=list)
-    build_command: str = ""
-
-    @property
-    def board(self) -> catalog.Board:
-        return self.manifest.board
-
-
-@dataclass
-class RehearsalReport:
-    steps: list[StepResult]
-    lanes: list[dict[str, Any]]
-    boards: list[dict[str, Any]]
-    ok: bool
-    work_dir: str
-    kept: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "work_dir": self.work_dir, "boards_kept": self.kept,
-                "steps": [s.as_dict() for s in self.steps], "lanes": self.lanes, "boards": self.boards}
-
-
-def split_boards(total: int, lanes: int) -> list[int]:
-    """Spread ``total`` boards over ``lanes`` as evenly as possible (4 over 2 -> [2, 2])."""
-    if total < lanes:
-        raise RehearsalError(f"--boards {total} is fewer than the {lanes} board types being rehearsed",
-                             f"use --boards {lanes} or more, or pass one manifest")
-    base, extra = divmod(total, lanes)
-    return [base + (1 if i < extra else 0) for i in range(lanes)]
 
 
 def check_options(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...]) -> None:
@@ -117,17 +64,6 @@ def check_options(manifests: tuple[Path, ...], boards: int, faults: tuple[str, .
     split_boards(boards, len(manifests) or len(BUILTIN_EXAMPLES))
     if len(faults) > boards:
         raise RehearsalError(f"{len(faults)} faults for {boards} boards", "give every fault its own board")
-
-
-def assign_faults(faults: tuple[str, ...], lanes: list[Lane]) -> None:
-    """Give each injected fault to one board of a lane whose runtime it applies to."""
-    for f in faults:   # names were checked by check_options
-        want = FAULT_RUNTIME.get(f)
-        lane = next((ln for ln in lanes if want is None or want in ln.manifest.runtimes), None)
-        if lane is None:
-            raise RehearsalError(f"fault '{f}' needs a board running {want}, and no manifest has one",
-                                 "rehearse a manifest with that runtime")
-        lane.faults.append(f)
 
 
 class Rehearsal:
@@ -628,7 +564,7 @@ class Rehearsal:
             row = dict(info)
             vr = by_serial.get(serial.upper())
             if vr is not None:
-                row.update({"host": vr.board, "verdict": vr.verdict, "reason": _diagnosis(vr),
+                row.update({"host": vr.board, "verdict": vr.verdict, "reason": diagnosis(vr),
                             "decode_tok_s": vr.decode_tok_s, "min_decode_tok_s": vr.expected_decode_tok_s,
                             "ttft_s": vr.ttft_s, "qairt": vr.qairt})
                 comp = self.completions.get(vr.board)
@@ -638,19 +574,6 @@ class Rehearsal:
                     row["update_os"] = self.ota.rows[vr.board]
             rows.append(row)
         return rows
-
-
-def _diagnosis(row: Any) -> str:
-    """The first failed check in plain words: what was measured, why, and what to do."""
-    for check in getattr(row, "checks", None) or []:
-        if check.get("ok") is False:
-            text = check.get("detail") or check.get("check", "")
-            if check.get("cause"):
-                text += f" ({check['cause']})"
-            if check.get("remedy"):
-                text += f" -> {check['remedy']}"
-            return text
-    return row.reason or ""
 
 
 def validate_kas_schema(files: list[Path]) -> None:

@@ -10,12 +10,13 @@ offset and counts the bytes it read, so ``provisioner inspect`` stays fast on a 
 Why no ``litert_lm_builder``/``tflite``/``flatbuffers``/``protobuf`` imports: together they pull
 in numpy, absl and protobuf - about 0.2 s of start-up, a hundred times the reading itself, and
 ``provisioner inspect`` is meant to be a one-second check. The three wire formats involved are
-small and stable, so this module reads exactly the fields it needs with ``struct``:
+small and stable, so this module reads exactly the fields it needs with ``struct``, through the
+readers in :mod:`provisioner.artifacts.wire_formats`:
 
-* FlatBuffers tables/vectors/strings (:class:`_Flat`) for the LiteRT-LM header
-  (``LiteRTLMMetaData``) and the TFLite ``Model`` (operator codes, operators, custom options);
-* a FlexBuffers map of scalars and strings (:func:`_flex_map`) for a ``DISPATCH_OP``'s options;
-* protobuf varint/length fields (:func:`_proto_fields`) for the LLM metadata.
+* FlatBuffers tables/vectors/strings (``Flat``) for the LiteRT-LM header (``LiteRTLMMetaData``)
+  and the TFLite ``Model`` (operator codes, operators, custom options);
+* a FlexBuffers map of scalars and strings (``flex_map``) for a ``DISPATCH_OP``'s options;
+* protobuf varint/length fields (``proto_fields``) for the LLM metadata.
 
 The slot and field numbers below come from the schemas' generated code shipped in the
 ``litert-lm-builder`` and ``tflite`` packages; ``tests/artifacts/test_litertlm_schema.py`` checks
@@ -28,11 +29,11 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner.artifacts.wire_formats import U8, U32, U64, Corrupt, Flat, OutOfWindow, flex_map, proto_fields
 from provisioner.errors import EXIT_UNFIT, ArtifactError
 
 DISPATCH_OP = "DISPATCH_OP"
@@ -84,7 +85,6 @@ LLM_MODEL_TYPES = {
     9: "fast_vlm", 11: "lfm2", 12: "minicpm5", 13: "minicpmv4",
 }
 
-_U8, _U16, _U32, _I32, _U64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q"))
 
 
 class TruncatedFile(ArtifactError):
@@ -95,14 +95,6 @@ class TruncatedFile(ArtifactError):
     """
 
     exit_code = EXIT_UNFIT
-
-
-class _Corrupt(Exception):
-    """An offset or length in the file points nowhere sensible."""
-
-
-class _OutOfWindow(_Corrupt):
-    """A read went past the bytes read so far: read more of the file and retry (or it is truncated)."""
 
 
 class CountingReader:
@@ -249,85 +241,10 @@ def allowed_backends(constraint: str | None) -> set[str]:
     return {c.strip().lower() for c in constraint.split(",") if c.strip()}
 
 
-class _Flat:
-    """Just enough of the FlatBuffers binary format to follow tables, vectors and strings.
-
-    A table starts with a signed offset back to its vtable; the vtable lists, per field slot, the
-    field's offset inside the table (0 = absent, use the default). Vectors and strings are a u32
-    length followed by the data; references to them are u32 offsets forward from where they are
-    stored. Every read is bounds-checked: past the end of ``buf`` raises :class:`_OutOfWindow`
-    (the caller may read more of the file), anything else impossible raises :class:`_Corrupt`.
-    """
-
-    __slots__ = ("buf",)
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-
-    def get(self, fmt: struct.Struct, pos: int) -> Any:
-        if pos < 0:
-            raise _Corrupt(f"offset {pos} before the start")
-        if pos + fmt.size > len(self.buf):
-            raise _OutOfWindow(f"offset {pos} beyond {len(self.buf)} bytes")
-        return fmt.unpack_from(self.buf, pos)[0]
-
-    def deref(self, pos: int) -> int:
-        """Follow the u32 offset stored at ``pos`` (to a table, vector or string)."""
-        return pos + self.get(_U32, pos)
-
-    def root(self) -> int:
-        return self.deref(0)
-
-    def field(self, table: int, slot: int) -> int | None:
-        """Absolute position of field ``slot`` of the table at ``table``; None when absent."""
-        vtable = table - self.get(_I32, table)
-        vtable_size = self.get(_U16, vtable)
-        if vtable_size < 4 or vtable_size % 2:
-            raise _Corrupt(f"vtable at {vtable} has size {vtable_size}")
-        entry = 4 + 2 * slot
-        if entry + 2 > vtable_size:
-            return None  # written by an older schema: the field is absent
-        offset = self.get(_U16, vtable + entry)
-        return table + offset if offset else None
-
-    def scalar(self, table: int, slot: int, fmt: struct.Struct, default: Any = 0) -> Any:
-        pos = self.field(table, slot)
-        return default if pos is None else self.get(fmt, pos)
-
-    def table(self, table: int, slot: int) -> int | None:
-        pos = self.field(table, slot)
-        return None if pos is None else self.deref(pos)
-
-    def _span(self, table: int, slot: int, elem_size: int) -> tuple[int, int] | None:
-        ref = self.table(table, slot)
-        if ref is None:
-            return None
-        n = self.get(_U32, ref)
-        if ref + 4 + n * elem_size > len(self.buf):
-            raise _OutOfWindow(f"vector at {ref} of {n} elements ends beyond {len(self.buf)} bytes")
-        return ref + 4, n
-
-    def tables(self, table: int, slot: int) -> list[int] | None:
-        """Positions of the tables in the vector field ``slot`` (None when absent)."""
-        span = self._span(table, slot, 4)
-        if span is None:
-            return None
-        start, n = span
-        return [self.deref(start + 4 * i) for i in range(n)]
-
-    def bytes(self, table: int, slot: int) -> bytes | None:
-        """A string or ``[ubyte]`` field's bytes (None when absent)."""
-        span = self._span(table, slot, 1)
-        if span is None:
-            return None
-        start, n = span
-        return self.buf[start:start + n]
-
-
-def _kv(fb: _Flat, kvp: int) -> tuple[str, Any]:
+def _kv(fb: Flat, kvp: int) -> tuple[str, Any]:
     """Decode a header KeyValuePair: the union ``value`` is a one-field table of the tagged type."""
     key = (fb.bytes(kvp, KV_KEY) or b"").decode("utf-8", "replace")
-    member = VDATA.get(fb.scalar(kvp, KV_VALUE_TYPE, _U8))
+    member = VDATA.get(fb.scalar(kvp, KV_VALUE_TYPE, U8))
     value_table = fb.table(kvp, KV_VALUE)
     if member is None or value_table is None:
         return key, None
@@ -369,8 +286,8 @@ def read_litertlm(path: str | Path) -> LitertlmInfo:
                                 "re-download the file; check size and sha256")
         raw = r.read_at(HEADER_BEGIN, header_end - HEADER_BEGIN)
         try:
-            system, sections = _parse_header(_Flat(raw))
-        except _Corrupt as exc:  # the whole header is in ``raw``: out of window means corrupt too
+            system, sections = _parse_header(Flat(raw))
+        except Corrupt as exc:  # the whole header is in ``raw``: out of window means corrupt too
             raise ArtifactError(f"{path}: corrupt header flatbuffer ({exc})",
                                 "re-download the file; check its sha256") from None
         if sections is None:
@@ -393,7 +310,7 @@ def read_litertlm(path: str | Path) -> LitertlmInfo:
     return info
 
 
-def _parse_header(fb: _Flat) -> tuple[dict[str, Any], list[Section] | None]:
+def _parse_header(fb: Flat) -> tuple[dict[str, Any], list[Section] | None]:
     """System metadata and the section table of a ``LiteRTLMMetaData`` flatbuffer (None: no table)."""
     root = fb.root()
     system: dict[str, Any] = {}
@@ -408,51 +325,11 @@ def _parse_header(fb: _Flat) -> tuple[dict[str, Any], list[Section] | None]:
     sections: list[Section] = []
     for i, obj in enumerate(fb.tables(sec, SECTIONS_OBJECTS) or []):
         items = dict(_kv(fb, kvp) for kvp in fb.tables(obj, SECTION_ITEMS) or [])
-        dtype_id = fb.scalar(obj, SECTION_DATA_TYPE, _U8)
+        dtype_id = fb.scalar(obj, SECTION_DATA_TYPE, U8)
         dtype = SECTION_TYPES.get(dtype_id, f"unknown({dtype_id})")
-        sections.append(Section(index=i, data_type=dtype, begin=fb.scalar(obj, SECTION_BEGIN, _U64),
-                                end=fb.scalar(obj, SECTION_END, _U64), items=items))
+        sections.append(Section(index=i, data_type=dtype, begin=fb.scalar(obj, SECTION_BEGIN, U64),
+                                end=fb.scalar(obj, SECTION_END, U64), items=items))
     return system, sections
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise _Corrupt("varint runs past the end")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _proto_fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value) of every field of a protobuf message, in file order.
-
-    Values: int for varints, bytes for length-delimited and fixed-size fields. Groups (wire types
-    3/4, long deprecated) are treated as corrupt.
-    """
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise _Corrupt("field number 0")
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire in (1, 2, 5):
-            if wire == 2:
-                n, pos = _varint(buf, pos)
-            else:
-                n = 8 if wire == 1 else 4
-            if pos + n > len(buf):
-                raise _Corrupt("field runs past the end")
-            value, pos = buf[pos:pos + n], pos + n
-        else:
-            raise _Corrupt(f"wire type {wire}")
-        yield number, wire, value
 
 
 def _model_type_name(number: int) -> str | None:
@@ -474,7 +351,7 @@ def _llm_metadata(r: CountingReader, s: Section) -> dict[str, Any] | None:
     max_tokens, model_type, thinking, function_calling = 0, None, False, False
     min_runtime, jinja = "", ""
     try:
-        for number, wire, value in _proto_fields(r.read_at(s.begin, s.end - s.begin)):
+        for number, wire, value in proto_fields(r.read_at(s.begin, s.end - s.begin)):
             if wire == 0 and number == LLM_MAX_NUM_TOKENS:
                 max_tokens = value & 0xFFFFFFFF
                 max_tokens -= (max_tokens >> 31) << 32  # int32
@@ -487,10 +364,10 @@ def _llm_metadata(r: CountingReader, s: Section) -> dict[str, Any] | None:
             elif wire == 2 and number == LLM_JINJA_TEMPLATE:
                 jinja = value.decode("utf-8")
             elif wire == 2 and number == LLM_MODEL_TYPE:
-                for member, member_wire, _ in _proto_fields(value):
+                for member, member_wire, _ in proto_fields(value):
                     if member_wire == 2 and (name := _model_type_name(member)):
                         model_type = name
-    except (_Corrupt, UnicodeDecodeError):
+    except (Corrupt, UnicodeDecodeError):
         s.note = "LLM metadata does not parse"
         return None
     out: dict[str, Any] = {}
@@ -521,13 +398,13 @@ def _dispatch_ops(r: CountingReader, s: Section) -> None:
         try:
             ops = _tflite_dispatch_ops(data)
             break
-        except _OutOfWindow:
+        except OutOfWindow:
             if window >= limit or window >= TFLITE_MAX_WINDOW:
                 s.note = ("TFLite op table unreadable (truncated?)" if window >= limit
                           else f"TFLite op table larger than {TFLITE_MAX_WINDOW >> 20} MiB; not scanned")
                 return
             window = min(window * 4, limit, TFLITE_MAX_WINDOW)
-        except _Corrupt as exc:
+        except Corrupt as exc:
             s.note = f"TFLite op table is corrupt ({exc}); not scanned"
             return
     seen: dict[int, str | None] = {}
@@ -543,7 +420,7 @@ def _dispatch_ops(r: CountingReader, s: Section) -> None:
 
 def _tflite_dispatch_ops(buf: bytes) -> list[tuple[int, int, str | None, int, int]]:
     """(subgraph, operator index, name, bytecode offset, bytecode size) of every DISPATCH_OP in a TFLite model."""
-    fb = _Flat(buf)
+    fb = Flat(buf)
     model = fb.root()
     codes = []
     for code in fb.tables(model, MODEL_OPERATOR_CODES) or []:
@@ -552,95 +429,16 @@ def _tflite_dispatch_ops(buf: bytes) -> list[tuple[int, int, str | None, int, in
     out = []
     for g, sg in enumerate(fb.tables(model, MODEL_SUBGRAPHS) or []):
         for k, op in enumerate(fb.tables(sg, SUBGRAPH_OPERATORS) or []):
-            idx = fb.scalar(op, OPERATOR_OPCODE_INDEX, _U32)
+            idx = fb.scalar(op, OPERATOR_OPCODE_INDEX, U32)
             if idx >= len(codes) or codes[idx] != DISPATCH_OP:
                 continue
             raw = fb.bytes(op, OPERATOR_CUSTOM_OPTIONS)
-            opts = _flex_map(raw) if raw else {}
+            opts = flex_map(raw) if raw else {}
             offset, size, name = opts.get("bytecode_offset"), opts.get("bytecode_size", 0), opts.get("name")
             if not isinstance(offset, int | float) or not isinstance(size, int | float):
                 continue
             out.append((g, k, name if isinstance(name, str) else None, int(offset), int(size)))
     return out
-
-
-# FlexBuffers value types (flatbuffers/flexbuffers.py ``Type``)
-_FLEX_NULL, _FLEX_INT, _FLEX_UINT, _FLEX_FLOAT, _FLEX_KEY, _FLEX_STRING = 0, 1, 2, 3, 4, 5
-_FLEX_INDIRECT_INT, _FLEX_INDIRECT_UINT, _FLEX_INDIRECT_FLOAT, _FLEX_MAP, _FLEX_BOOL = 6, 7, 8, 9, 26
-
-
-def _flex_uint(buf: bytes, pos: int, width: int, signed: bool = False) -> int:
-    if pos < 0 or pos + width > len(buf) or width not in (1, 2, 4, 8):
-        raise _Corrupt(f"flexbuffer read of {width} bytes at {pos} outside {len(buf)} bytes")
-    return int.from_bytes(buf[pos:pos + width], "little", signed=signed)
-
-
-def _flex_map(buf: bytes) -> dict[str, Any]:
-    """The scalar and string entries of the FlexBuffers map ``buf`` (DISPATCH_OP custom options).
-
-    Layout: the last byte is the root's width, the one before its packed type (type << 2 | log2
-    width); a map's values sit at its offset, preceded by [keys offset, keys width, length], and
-    are followed by one packed type byte per value. Nested vectors/maps/blobs are not needed and
-    come back as None. A root that is not a map gives ``{}``.
-    """
-    if len(buf) < 3:
-        raise _Corrupt("flexbuffer shorter than 3 bytes")
-    root_width, packed = buf[-1], buf[-2]
-    root = len(buf) - 2 - root_width
-    if packed >> 2 != _FLEX_MAP:
-        return {}
-    width = 1 << (packed & 3)
-    data = root - _flex_uint(buf, root, root_width)
-    size = _flex_uint(buf, data - width, width)
-    keys_at = data - 3 * width
-    keys = keys_at - _flex_uint(buf, keys_at, width)
-    key_width = _flex_uint(buf, data - 2 * width, width)
-    if data + size * (width + 1) > len(buf):
-        raise _Corrupt(f"flexbuffer map of {size} entries runs past the end")
-    out: dict[str, Any] = {}
-    for i in range(size):
-        key_ref = keys + i * key_width
-        key = _flex_cstring(buf, key_ref - _flex_uint(buf, key_ref, key_width))
-        packed_value = buf[data + size * width + i]
-        out[key] = _flex_value(buf, data + i * width, width, packed_value >> 2, 1 << (packed_value & 3))
-    return out
-
-
-def _flex_cstring(buf: bytes, pos: int) -> str:
-    end = buf.find(b"\0", pos) if pos >= 0 else -1
-    if end < 0:
-        raise _Corrupt(f"flexbuffer key at {pos} is not terminated")
-    return buf[pos:end].decode("utf-8", "replace")
-
-
-def _flex_value(buf: bytes, pos: int, parent_width: int, kind: int, width: int) -> Any:
-    """One map value: inline scalars use the map's width, indirect ones and strings their own."""
-    if kind == _FLEX_NULL:
-        return None
-    if kind in (_FLEX_INT, _FLEX_UINT, _FLEX_BOOL):
-        value = _flex_uint(buf, pos, parent_width, signed=kind == _FLEX_INT)
-        return bool(value) if kind == _FLEX_BOOL else value
-    if kind == _FLEX_FLOAT:
-        return _flex_float(buf, pos, parent_width)
-    if kind not in (_FLEX_INDIRECT_INT, _FLEX_INDIRECT_UINT, _FLEX_INDIRECT_FLOAT, _FLEX_STRING, _FLEX_KEY):
-        return None  # vectors, maps, blobs: not needed here
-    target = pos - _flex_uint(buf, pos, parent_width)
-    if kind == _FLEX_INDIRECT_FLOAT:
-        return _flex_float(buf, target, width)
-    if kind in (_FLEX_INDIRECT_INT, _FLEX_INDIRECT_UINT):
-        return _flex_uint(buf, target, width, signed=kind == _FLEX_INDIRECT_INT)
-    if kind == _FLEX_KEY:
-        return _flex_cstring(buf, target)
-    n = _flex_uint(buf, target - width, width)
-    if target + n > len(buf):
-        raise _Corrupt(f"flexbuffer string at {target} runs past the end")
-    return buf[target:target + n].decode("utf-8", "replace")
-
-
-def _flex_float(buf: bytes, pos: int, width: int) -> float:
-    if width not in (4, 8) or pos < 0 or pos + width > len(buf):
-        raise _Corrupt(f"flexbuffer float of {width} bytes at {pos}")
-    return struct.unpack_from("<f" if width == 4 else "<d", buf, pos)[0]
 
 
 def _build_id(r: CountingReader, offset: int, size: int) -> str | None:

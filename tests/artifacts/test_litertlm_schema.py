@@ -21,6 +21,7 @@ from litert_lm_builder import litertlm_header_schema_py_generated as header
 from litert_lm_builder.runtime.proto import llm_metadata_pb2, llm_model_type_pb2
 
 from provisioner.artifacts import litertlm as L
+from provisioner.artifacts import wire_formats as W
 
 
 def _slot(cls: type, accessor: str) -> int:
@@ -91,13 +92,13 @@ def test_llm_metadata_field_numbers_match_proto():
 ])
 def test_flexbuffer_map_reader_agrees_with_flatbuffers(opts):
     raw = bytes(flexbuffers.Dumps(opts))
-    assert L._flex_map(raw) == flexbuffers.Loads(raw)
+    assert W.flex_map(raw) == flexbuffers.Loads(raw)
 
 
 def test_flexbuffer_nested_values_are_skipped_not_followed():
     raw = bytes(flexbuffers.Dumps({"bytecode_offset": 64, "shape": [1, 2, 3], "sub": {"a": 1}}))
-    assert L._flex_map(raw) == {"bytecode_offset": 64, "shape": None, "sub": None}
-    assert L._flex_map(bytes(flexbuffers.Dumps([1, 2]))) == {}  # not a map: no options
+    assert W.flex_map(raw) == {"bytecode_offset": 64, "shape": None, "sub": None}
+    assert W.flex_map(bytes(flexbuffers.Dumps([1, 2]))) == {}  # not a map: no options
 
 
 def test_flexbuffer_garbage_is_corrupt_never_a_crash():
@@ -108,6 +109,6 @@ def test_flexbuffer_garbage_is_corrupt_never_a_crash():
         for _ in range(rng.choice((1, 2, 3))):
             bad[rng.randrange(len(bad))] = rng.randrange(256)
         try:
-            L._flex_map(bytes(bad))
-        except L._Corrupt:
+            W.flex_map(bytes(bad))
+        except W.Corrupt:
             pass
