@@ -19,6 +19,8 @@ The rule, checked on every module (``ast``, module- and function-level imports a
   never depends on the simulator. ``sim`` may import foundations, catalog and data types, but not
   the station's or the fleet's logic it stands in for.
 
+Every module also stays under 600 lines (the developers' rule), so it can be read in one sitting.
+
 ``KNOWN`` lists the imports that still break the rule, each with why it is there; the list may
 only shrink (an entry that no longer matches fails the test, so it is removed when fixed).
 """
@@ -143,3 +145,13 @@ def test_rule_catches_a_backward_import():
     assert _violation("station.bundle", "contracts.release") is None
     assert _violation("plan", "contracts.inventory") is None
     assert _violation("cli.sim", "sim.board") is None
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_every_module_is_under_600_lines():
+    """A module a newcomer can read in one sitting: past 600 lines, split it along the seams it has."""
+    big = [f"{path.relative_to(PKG.parent)}: {n} lines" for path in sorted(PKG.rglob("*.py"))
+           if (n := len(path.read_text(encoding="utf-8").splitlines())) >= MAX_MODULE_LINES]
+    assert not big, f"modules of {MAX_MODULE_LINES} lines or more (split them):\n" + "\n".join(big)
