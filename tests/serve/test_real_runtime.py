@@ -125,6 +125,13 @@ def test_a_seed_alone_keeps_greedy_decoding(real_board, reference):
     assert streamed == pieces(reference)
 
 
+def test_temperature_zero_is_greedy_decoding(real_board, reference):
+    """OpenAI's temperature 0 asks for the most likely token each step: the reference greedy continuation,
+    from a runtime whose sampler factory implements the top-p sampler only."""
+    streamed, finish = chat_stream(client(real_board()), reference, temperature=0)
+    assert streamed == pieces(reference) and finish == "length"
+
+
 def test_the_system_message_reaches_the_model(real_board, reference):
     """Two different system texts, from the request or from the config, give different answers."""
     board = real_board()

@@ -19,7 +19,6 @@ from edge_llm_serve.engines.cabi import (
     LITERT_LM_PROTOTYPES,
     LITERT_LOG_INFO,
     LITERT_LOG_WARNING,
-    LITERT_SAMPLER_GREEDY,
     LITERT_SAMPLER_TOPP,
     LiteRtLmInputData,
     LiteRtLmSamplerParams,
@@ -152,11 +151,15 @@ class LiteRtLmEngine(Engine):
         # The runtime's default CPU sampler is greedy; a seed alone changes nothing about that (OpenAI's
         # seed only makes sampling repeatable), so only temperature or top_p choose sampling.
         if job.temperature is not None or job.top_p is not None:
+            # temperature 0 is greedy decoding, asked of the top-p sampler as top_k=1 (only the most likely
+            # token is left to draw from): the library's sampler factory implements no other type, it
+            # refuses session creation with "UNIMPLEMENTED: Sampler type: 3 not implemented yet." for
+            # kGreedy (and 1, kTopK, alike; seen from litert-lm-api 0.12.0's liblitert-lm.so on CPU).
             greedy = job.temperature == 0
             params = LiteRtLmSamplerParams(
-                type=LITERT_SAMPLER_GREEDY if greedy else LITERT_SAMPLER_TOPP, top_k=1 if greedy else 40,
-                top_p=1.0 if job.top_p is None else float(job.top_p),
-                temperature=1.0 if job.temperature is None else float(job.temperature),
+                type=LITERT_SAMPLER_TOPP, top_k=1 if greedy else 40,
+                top_p=1.0 if job.top_p is None or greedy else float(job.top_p),
+                temperature=1.0 if job.temperature is None or greedy else float(job.temperature),
                 seed=0 if job.seed is None else int(job.seed) & 0x7FFFFFFF)
             lib.litert_lm_session_config_set_sampler_params(sc, ctypes.byref(params))
         return sc
