@@ -122,3 +122,17 @@ def test_one_model_by_id_and_error_codes_are_strings(real_board):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=10)
     assert isinstance(json.loads(err.value.read())["error"]["code"], str)
+
+
+def test_a_genie_instance_refuses_the_sampler_fields_it_cannot_set(start_board):
+    """Genie's sampler is the model's genie_config.json: temperature, top_p and seed are refused by name there,
+    not run as if absent; stop and max_tokens, which the service applies itself, are honoured."""
+    board = start_board("genie")
+    c = openai.OpenAI(base_url=f"{board.url}/v1", api_key=TOKEN, max_retries=0, timeout=20)
+    msgs = [{"role": "user", "content": "hello"}]
+    for field, value in (("temperature", 0.7), ("top_p", 0.9), ("seed", 1)):
+        with pytest.raises(openai.BadRequestError) as exc:
+            c.chat.completions.create(model="nemotron-nano-4b", messages=msgs, max_tokens=2, **{field: value})
+        assert exc.value.body["param"] == field and "genie_config.json" in exc.value.body["message"]
+    out = c.chat.completions.create(model="nemotron-nano-4b", messages=msgs, max_tokens=5, stop=["gamma"])
+    assert out.choices[0].message.content == "alpha beta "

@@ -89,7 +89,7 @@ from edge_llm_serve.engines.cabi import (
 )
 from edge_llm_serve.engines.genie import GenieEngine
 from edge_llm_serve.engines.litert import LITERT_MAX_TOKENS_REACHED, LiteRtLmEngine, runtime_log_report
-from edge_llm_serve.fields import HONOURED, MESSAGE_REFUSED, NEUTRAL, REFUSED, refusal
+from edge_llm_serve.fields import HONOURED, MESSAGE_REFUSED, NEUTRAL, REFUSED, RUNTIME_REFUSED, refusal
 from edge_llm_serve.metrics import DECODE_BUCKETS, TTFT_BUCKETS, Metrics, backend_info
 from edge_llm_serve.prompts import TEMPLATES, apply_chat_template, render_chat, system_text
 from edge_llm_serve.routes import PEER_CHECK_S, make_handler
@@ -129,6 +129,7 @@ __all__ = [
     "MESSAGE_REFUSED",
     "NEUTRAL",
     "REFUSED",
+    "RUNTIME_REFUSED",
     "refusal",
     "HONOURED",
     "MESSAGE_REFUSED",

@@ -77,12 +77,22 @@ MESSAGE_REFUSED: dict[str, str] = {
 }
 
 
-def refusal(kind: str, body: dict[str, Any]) -> tuple[str, str] | None:
+#: runtime -> honoured fields it cannot honour -> why (the engine would run as if they were absent)
+RUNTIME_REFUSED: dict[str, dict[str, str]] = {
+    "genie": {key: "this Genie model samples as its genie_config.json says: the GenieDialog calls this service "
+                   "binds (engines/cabi.py) set no sampler per request"
+              for key in ("temperature", "top_p", "seed")},
+}
+
+
+def refusal(kind: str, body: dict[str, Any], runtime: str | None = None) -> tuple[str, str] | None:
     """(field, message) for the first field of ``body`` this service will not honour, or None.
 
     A null value is an absent field (OpenAI's types allow null for every optional one)."""
     for key in sorted(body):
         value = body[key]
+        if value is not None and key in RUNTIME_REFUSED.get(runtime or "", {}):
+            return key, f"'{key}' is refused: {RUNTIME_REFUSED[runtime or ''][key]}"
         if key in HONOURED[kind] or value is None:
             continue
         if key in REFUSED:

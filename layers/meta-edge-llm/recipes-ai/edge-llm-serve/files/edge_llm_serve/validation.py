@@ -7,7 +7,7 @@ from typing import Any
 
 from edge_llm_serve.config import DEFAULTS
 from edge_llm_serve.engines.base import Job
-from edge_llm_serve.fields import MESSAGE_REFUSED, REFUSED, refusal
+from edge_llm_serve.fields import HONOURED, MESSAGE_REFUSED, REFUSED, refusal
 from edge_llm_serve.prompts import render_chat, system_text
 
 # ---------------------------------------------------------------------------------------------
@@ -120,10 +120,11 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any]) -> Job:
     if model is not None and model != cfg["model"]:
         raise BadRequest(f"model {model!r} is not served here (this is {cfg['model']!r})", status=404,
                          param="model", code="model_not_found")
-    refused = refusal(kind, body)
+    refused = refusal(kind, body, cfg.get("runtime"))
     if refused:
         field, why = refused
-        raise BadRequest(why, param=field, code="unsupported_parameter" if field in REFUSED else "unknown_parameter")
+        known = field in REFUSED or field in HONOURED[kind]
+        raise BadRequest(why, param=field, code="unsupported_parameter" if known else "unknown_parameter")
     opts = body.get("stream_options")
     if opts is not None and not (isinstance(opts, dict) and set(opts) <= {"include_usage", "include_obfuscation"}
                                  and all(isinstance(v, bool) for v in opts.values())
