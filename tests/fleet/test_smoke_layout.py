@@ -33,7 +33,7 @@ GEMMA = ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qair
 FAKE_MAIN = f"""
 import os, sys
 sys.path.insert(0, {str(REPO)!r})
-from provisioner.sim import runtime as rt
+from provisioner.sim import litert_main as rt
 argv = sys.argv[1:]
 model = argv[argv.index("--model_path") + 1]
 assert os.path.isfile(model), model
@@ -121,7 +121,7 @@ def test_the_pinned_sources_take_the_dispatch_dir_from_the_model_path(upstream):
 
 
 def test_the_stand_in_finds_the_dispatch_library_only_beside_the_model(tmp_path):
-    from provisioner.sim import runtime as rt
+    from provisioner.sim import litert_main as rt
     models, lib = tmp_path / "models", tmp_path / "lib"
     models.mkdir()
     lib.mkdir()
