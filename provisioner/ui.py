@@ -7,6 +7,7 @@ rehearsal and tests can reuse every stage and choose how to show it.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -83,13 +84,27 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+#: C0 and C1 control characters and DEL, except newline: what a terminal would obey (ESC
+#: sequences retitle or recolour it) rather than show; rich itself strips only a few of them
+_CONTROLS = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def cell(value: Any) -> Any:
+    """A table cell shown literally: board and record text is never read as rich markup
+    (``[/x]`` would end the program with a MarkupError, ``[link=...]`` would render) and its
+    control characters never reach the terminal."""
+    from rich.text import Text
+
+    return Text("" if value is None else _CONTROLS.sub("", str(value)))
+
+
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A plain rich table; cells are converted with ``str``."""
+    """A plain rich table; cells are converted with ``str`` and shown as plain text (:func:`cell`)."""
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
     for col in columns:
         t.add_column(col)
     for row in rows:
-        t.add_row(*("" if c is None else str(c) for c in row))
+        t.add_row(*(cell(c) for c in row))
     return t
