@@ -320,11 +320,9 @@ def _dashboard_token(token_file: Path | None) -> str | None:
     from provisioner.station.dashboard import MIN_TOKEN_CHARS
 
     if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise StationError(f"dashboard token file {token_file} is unreadable ({exc.strerror})",
-                               "give a readable file holding the token") from None
+        from provisioner.station.secret_file import read_secret_file
+
+        token = read_secret_file(token_file, "dashboard token file", "give a readable file holding the token").strip()
         source = f"token file {token_file}"
     else:
         token = (context.environ().get("PROVISIONER_DASHBOARD_TOKEN") or "").strip()

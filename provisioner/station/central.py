@@ -54,6 +54,7 @@ from typing import Any
 
 from provisioner import context
 from provisioner.errors import StationError
+from provisioner.station.secret_file import read_secret_file
 
 #: station.yaml keys this module reads (config.py accepts them and hands them here)
 KEYS = ("records", "records_password_file", "records_password_env", "station")
@@ -116,12 +117,8 @@ class CentralSettings:
     def password(self, env: Mapping[str, str] | None = None) -> str | None:
         """The password from its file or variable, or None (then libpq's ~/.pgpass applies)."""
         if self.password_file is not None:
-            try:
-                return self.password_file.read_text(encoding="utf-8").rstrip("\r\n")
-            except OSError as exc:
-                raise StationError(f"central records {self.describe()}: password file {self.password_file} "
-                                   f"is unreadable ({exc.strerror})", "fix records_password_file in station.yaml"
-                                   ) from None
+            return read_secret_file(self.password_file, f"central records {self.describe()}: password file",
+                                    "fix records_password_file in station.yaml")
         if self.password_env:
             return (context.environ() if env is None else env).get(self.password_env) or None
         return None

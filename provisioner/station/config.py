@@ -38,9 +38,9 @@ import yaml
 
 from provisioner import context
 from provisioner.errors import StationError
-from provisioner.station.central import DEFAULT_PASSWORD_ENV as DEFAULT_PG_PASSWORD_ENV
 from provisioner.station.central import KEYS as CENTRAL_KEYS
 from provisioner.station.central import CentralSettings, parse_settings
+from provisioner.station.secret_file import read_secret_file
 
 DEFAULT_CONFIG = Path("station.yaml")
 DEFAULT_PASSWORD_ENV = "PROVISIONER_CONSOLE_PASSWORD"
@@ -63,11 +63,7 @@ class Credential:
         the console needs it, so the secret is never copied into settings or a child's environment.
         """
         if self.file is not None:
-            try:
-                return self.file.read_text(encoding="utf-8").rstrip("\r\n")
-            except OSError as exc:
-                raise StationError(f"console password file {self.file} is unreadable ({exc.strerror})",
-                                   "fix credential.file in station.yaml") from None
+            return read_secret_file(self.file, "console password file", "fix credential.file in station.yaml")
         if self.env:
             return (context.environ() if env is None else env).get(self.env)
         return None
@@ -97,13 +93,6 @@ class StationConfig:
     baseline: bool = False                           # measure each board's factory baseline after the boot check
     baseline_connection: dict[str, Any] = field(default_factory=dict)   # ansible_* settings to reach boards
     source: Path | None = None
-
-    def secret_variables(self) -> set[str]:
-        """Environment variables that hold this station's passwords: kept out of every child (qdl)."""
-        names = {self.credential.env} if self.credential.file is None else set()
-        if self.central is not None:
-            names |= {self.central.password_env or "", DEFAULT_PG_PASSWORD_ENV}
-        return {n for n in names if n}
 
     def slot_name(self, port: str) -> str:
         return self.slots.get(port, port)

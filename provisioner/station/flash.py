@@ -301,7 +301,7 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
     if on_preflight:
         on_preflight(pf)
     pf.raise_for_problems()
-    info = detect_qdl(config.qdl, config.secret_variables())
+    info = detect_qdl(config.qdl)
     targets = select_targets(config, pf.board.id, serials=list(opts.serials), all_boards=opts.all_boards)
     visible = len([d for d in edl.scan_edl(config.sysfs_root) if d.mode == "edl"])
     serial_select = check_qdl_for(info, targets, allow_old_qdl=opts.allow_old_qdl, visible=visible)
@@ -314,8 +314,7 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
             raise no_space_error(log_dir, "per-board log folder") from None
         raise StationError(f"cannot create the log folder {log_dir}: {exc.strerror}",
                            "set log_dir: in station.yaml to a writable folder") from None
-    settings = FlashSettings(preflight=pf, qdl=QdlDriver(info, storage=pf.board.storage_type.lower(),
-                                                                   hide=config.secret_variables()),
+    settings = FlashSettings(preflight=pf, qdl=QdlDriver(info, storage=pf.board.storage_type.lower()),
                              sysfs_root=Path(config.sysfs_root), log_dir=log_dir, slots=config.slots,
                              credential=config.credential, baudrate=config.baudrate, options=opts,
                              serial_select=serial_select)

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,16 +78,22 @@ def resolve_qdl(qdl: str) -> str:
     return found
 
 
-def _env_without(hide: Collection[str]) -> dict[str, str] | None:
-    """qdl's environment: the station's as it is now, less the variables that hold its secrets
-    (a console or records password); None (inherit) when there are none to hide."""
-    return {k: v for k, v in context.environ().items() if k not in hide} if hide else None
+#: what qdl may see besides :data:`provisioner.context.CHILD_ENV`: libusb's own settings
+#: (LIBUSB_DEBUG, read by libusb_init in libusb/core.c) and the knobs of a stand-in qdl a rehearsal points
+#: ``qdl:`` at. A whitelist, so no secret of the station or the operator's shell (console or
+#: records password, dashboard token, anything else) reaches qdl or its log.
+QDL_KEEP = ("LIBUSB_*", "PROVISIONER_SIM_*")
 
 
-def _probe(argv: list[str], hide: Collection[str] = ()) -> tuple[int, str]:
+def qdl_env() -> dict[str, str]:
+    """qdl's environment: the run's whitelisted child environment (:meth:`RunContext.child_env`)."""
+    return context.current().child_env(keep=QDL_KEEP)
+
+
+def _probe(argv: list[str]) -> tuple[int, str]:
     try:
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
-                            errors="replace", env=_env_without(hide))
+                            errors="replace", env=qdl_env())
     except subprocess.TimeoutExpired:
         return 124, ""
     except OSError as exc:
@@ -95,17 +101,17 @@ def _probe(argv: list[str], hide: Collection[str] = ()) -> tuple[int, str]:
     return cp.returncode, (cp.stdout or "") + (cp.stderr or "")
 
 
-def detect_qdl(qdl: str = "qdl", hide: Collection[str] = ()) -> QdlInfo:
+def detect_qdl(qdl: str = "qdl") -> QdlInfo:
     """Run ``qdl --version``; an unknown option means qdl < 2.2, then the usage text tells
     whether ``--serial`` exists (2.0/2.1) or not (the Debian 2022 build)."""
     path = resolve_qdl(qdl)
-    rc, out = _probe([path, "--version"], hide)
+    rc, out = _probe([path, "--version"])
     m = _VERSION.search(out)
     if rc == 0 and m:
         return QdlInfo(path, m["v"], True, True)
     usage = out
     if "--serial" not in usage:
-        _, usage2 = _probe([path, "--help"], hide)
+        _, usage2 = _probe([path, "--help"])
         usage += usage2
     return QdlInfo(path, None, "--serial" in usage, False)
 
@@ -225,10 +231,9 @@ class FlashOutcome:
 class QdlDriver:
     """Flash one board (by serial) with qdl, streaming progress to ``on_progress``."""
 
-    def __init__(self, info: QdlInfo, *, storage: str = "ufs", hide: Collection[str] = ()) -> None:
+    def __init__(self, info: QdlInfo, *, storage: str = "ufs") -> None:
         self.info = info
         self.storage = storage
-        self.hide = hide   # environment variables qdl must not inherit (the station's secrets)
 
     def flash(self, args: list[str], *, serial: str | None, planned: list[str], log_path: Path | None,
               timeout_s: float, include: Path | None = None,
@@ -256,7 +261,7 @@ class QdlDriver:
             except OSError as exc:  # a full log disk must not stop the flash; the caller reports it
                 header_error = f"{log_path}: {exc.strerror}"
         res = run_streaming(argv, on_line=on_line, log_path=log_path, timeout_s=timeout_s, stop=stop,
-                            die_with_parent=True, on_start=on_start, env=_env_without(self.hide))
+                            die_with_parent=True, on_start=on_start, env=qdl_env())
         ok = res.returncode == 0 and not res.timed_out and not res.stopped
         error = None
         if res.stopped:
