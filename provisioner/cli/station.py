@@ -245,8 +245,12 @@ def forward_cmd(db: Path | None, config: Path | None, as_json: bool) -> None:
         central.close()
         outbox.close()
     if as_json:
-        print_json({"sent": st.sent, "duplicates": st.duplicates, "backlog": st.backlog})
+        print_json({"sent": st.sent, "duplicates": st.duplicates, "backlog": st.backlog,
+                    "refused": {str(k): v for k, v in st.refused.items()}})
     else:
+        for aid, error in st.refused.items():
+            stdout.print(f"attempt {aid} refused ({error}): set aside, it stays in this station's history only",
+                         markup=False)
         stdout.print(f"{cfg.central.describe()}: {st.sent} attempt(s) sent, {st.duplicates} already there, "
                      f"{st.backlog} waiting")
 

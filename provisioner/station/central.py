@@ -48,7 +48,7 @@ import re
 import socket
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,12 @@ class Delivery:
 
     inserted: list[int]
     duplicates: list[int]
+    #: ids the server refused on their own (a value it cannot store), each with its one-line error
+    rejected: dict[int, str] = field(default_factory=dict)
+
+
+class RowRefused(StationError):
+    """The server (or psycopg, before sending) refused a value: retrying the same rows cannot help."""
 
 
 class Central:
@@ -247,6 +253,9 @@ class Central:
         try:
             with conn.transaction():
                 return body(conn)
+        except psycopg.DataError as exc:   # the transaction was rolled back; the connection is fine
+            err = self.error(exc)
+            raise RowRefused(err.message, err.hint) from None
         except psycopg.Error as exc:
             self.close()
             raise self.error(exc) from None
@@ -278,9 +287,11 @@ class Central:
 
         self.ensure_schema()
         db = uuid.UUID(station_db)
-        out = Delivery([], [])
 
-        def body(conn: Any) -> None:
+        def store(rows: list[dict[str, Any]], out: Delivery) -> None:
+            self._run(lambda conn: body(conn, rows, out))
+
+        def body(conn: Any, rows: list[dict[str, Any]], out: Delivery) -> None:
             for i in range(0, len(rows), BATCH):
                 chunk = rows[i:i + BATCH]
                 values, params = [], []
@@ -305,8 +316,23 @@ class Central:
                 out.inserted += sorted(got)
                 out.duplicates += [r["id"] for r in dup]
 
+        out = Delivery([], [])
         try:
-            self._run(body)
+            try:
+                store(rows, out)
+            except RowRefused:
+                # one row the server cannot store must not block every later one: send the batch
+                # row by row and set the refused ones aside (the caller keeps them out of the outbox)
+                out = Delivery([], [])
+                for row in rows:
+                    one = Delivery([], [])
+                    try:
+                        store([row], one)
+                    except RowRefused as exc:
+                        out.rejected[row["id"]] = exc.message
+                        continue
+                    out.inserted += one.inserted
+                    out.duplicates += one.duplicates
         except _Collision as exc:
             self.close()
             raise StationError(f"central records {self.settings.describe()}: attempt {exc.attempt_id} of local "

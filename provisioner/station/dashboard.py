@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 import socket
 import threading
@@ -237,6 +238,8 @@ class Dashboard:
             attempt_id = int(request.match_info["attempt"])
         except ValueError:
             raise web.HTTPNotFound(text="no such attempt") from None
+        if not 0 < attempt_id < 2**63:   # an attempt id is a positive SQLite INTEGER (64-bit)
+            raise web.HTTPNotFound(text="no such attempt")
         row = await self._reading(self.reader.attempt, attempt_id)
         if row is None or not row.get("log_path"):
             raise web.HTTPNotFound(text=f"attempt {attempt_id} has no qdl log on record")
@@ -277,14 +280,15 @@ def build_app(dashboard: Dashboard, settings: DashboardSettings) -> web.Applicat
     async def guard(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
         if settings.loopback:
             host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
-            if host not in _LOOPBACK_HOSTS:
+            # the address it was bound to answers too (--bind 127.0.0.2 prints that URL)
+            if host not in _LOOPBACK_HOSTS and host.strip("[]") != settings.bind.strip("[]"):
                 return _secure(web.Response(status=421, text="this dashboard answers to 127.0.0.1 / localhost only"))
         if request.method not in ("GET", "HEAD") and request.path != "/login":
             return _secure(web.Response(status=405, text="the dashboard is read-only"))
         if session is not None and request.path not in ("/login", "/static/style.css"):
             cookie = request.cookies.get(COOKIE, "")
             bearer = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if not (hmac.compare_digest(cookie, session) or (
+            if not (hmac.compare_digest(cookie.encode(), session.encode()) or (
                     bearer and hmac.compare_digest(bearer.encode(), settings.token.encode()))):  # type: ignore[union-attr]
                 if request.path.startswith(("/api/", "/events", "/log/")):
                     return _secure(web.json_response({"error": "log in first (token)"}, status=401))
@@ -293,6 +297,12 @@ def build_app(dashboard: Dashboard, settings: DashboardSettings) -> web.Applicat
             resp = await handler(request)
         except web.HTTPException as exc:   # answered as a plain response, with the same headers
             resp = web.Response(status=exc.status, text=exc.text, headers=exc.headers)
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # a bug: one line on the console, a plain 500 with the same headers
+            logging.getLogger(__name__).error("dashboard: %s %s failed (%s: %s)", request.method, request.path,
+                                              type(exc).__name__, exc)
+            resp = web.Response(status=500, text="internal error")
         return _secure(resp)
 
     async def login_form(request: web.Request) -> web.StreamResponse:

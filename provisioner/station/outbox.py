@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,24 @@ from provisioner.station.central import Central, CentralSettings
 OUTBOX_SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox_sent (attempt_id INTEGER PRIMARY KEY, sent REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_refused (attempt_id INTEGER PRIMARY KEY, at REAL NOT NULL, error TEXT NOT NULL);
 """
 _PENDING = ("FROM attempts a WHERE a.result != 'running' "
-            "AND NOT EXISTS (SELECT 1 FROM outbox_sent s WHERE s.attempt_id = a.id)")
+            "AND NOT EXISTS (SELECT 1 FROM outbox_sent s WHERE s.attempt_id = a.id) "
+            "AND NOT EXISTS (SELECT 1 FROM outbox_refused r WHERE r.attempt_id = a.id)")
+
+
+def _without_nul(value: Any) -> Any:
+    """``value`` with every NUL character removed from its strings, at any depth: PostgreSQL
+    stores none in text or jsonb (docs/current/datatype-json.html, 8.14: ``\\u0000`` is refused),
+    and board text read off a noisy UART can hold some."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
 
 
 def attempt_record(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +66,7 @@ def attempt_record(row: Mapping[str, Any]) -> dict[str, Any]:
             with contextlib.suppress(ValueError):
                 d[key] = json.loads(value)
     d["duration_s"] = round(d["ended"] - d["started"], 3) if d.get("ended") else None
-    return d
+    return _without_nul(d)
 
 
 class Outbox:
@@ -96,6 +111,15 @@ class Outbox:
                 self.db.execute("ROLLBACK")
             raise
 
+    def set_aside(self, refused: Mapping[int, str]) -> None:
+        """Keep attempts the central database refused out of every later delivery (they stay in
+        the local history); the error is kept beside them for whoever looks."""
+        if refused:
+            now = time.time()
+            with self.db:
+                self.db.executemany("INSERT OR REPLACE INTO outbox_refused(attempt_id, at, error) VALUES (?, ?, ?)",
+                                    [(i, now, e) for i, e in refused.items()])
+
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self.db.close()
@@ -109,6 +133,8 @@ class ForwardStatus:
     duplicates: int = 0
     backlog: int = 0
     error: str | None = None
+    #: attempts the central database refused, set aside in the local outbox: id -> its error
+    refused: dict[int, str] = field(default_factory=dict)
 
 
 def forward_once(outbox: Outbox, central: Central, status: ForwardStatus | None = None,
@@ -123,11 +149,13 @@ def forward_once(outbox: Outbox, central: Central, status: ForwardStatus | None 
         got = central.deliver(outbox.station_db, rows)
         try:
             outbox.mark_sent(got.inserted + got.duplicates)
+            outbox.set_aside(got.rejected)
         except sqlite3.Error as exc:  # a full disk: the rows are simply sent (and skipped) again later
             raise StationError(f"station database {outbox.path}: cannot mark attempts sent ({exc})",
                                "free space on the station disk") from None
         st.sent += len(got.inserted)
         st.duplicates += len(got.duplicates)
+        st.refused.update(got.rejected)
         if len(rows) < batch:
             break
     st.backlog = outbox.backlog()
@@ -173,7 +201,11 @@ class Forwarder:
     def _attempt(self) -> bool:
         with self._busy:
             try:
+                known = set(self.status.refused)
                 forward_once(self.outbox, self.central, self.status)
+                for aid, error in self.status.refused.items():
+                    if aid not in known:
+                        self.report(f"{error}; attempt {aid} is set aside: it stays in this station's history only")
             except StationError as exc:
                 line = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
                 if line != self.status.error:

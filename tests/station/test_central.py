@@ -353,3 +353,32 @@ def test_columns_added_to_the_local_attempts_later_travel_to_the_central_record(
     (record,) = [r for (r,) in central.pg.count(central.name, "SELECT record FROM station_attempts")]
     assert record["decode_tok_s"] == 32.1 and record["identity"] == {"serial": "0AA94E00"} and record["raw"]
     assert main(["station", "history", "--config", str(cfg), "--json"]) == 0
+
+
+def test_a_row_the_server_cannot_store_never_blocks_the_rest_of_the_history(pg, central, tmp_path, capsys):
+    """NUL characters (board text off a noisy UART) are dropped on the way; a value the server
+    still refuses (here an infinite figure, which JSON cannot hold) sets that one attempt aside,
+    reported, and every other attempt - before and after it - reaches the central history."""
+    db = tmp_path / "station.db"
+    with Records(db) as rec:
+        rec.db.execute("ALTER TABLE attempts ADD COLUMN decode_tok_s REAL")
+        ids = []
+        for n in range(3):
+            aid = rec.start_attempt(f"0AA94E0{n}", slot=f"slot\x00{n}", board="iq-8275-evk", release_id="r1",
+                                    artifacts={}, qdl_version="2.5", log_path=None)
+            rec.finish_attempt(aid, "failed", error="BUILD_ID is 'x\x00y'", identity={"hostname": "evk\x00"})
+            ids.append(aid)
+        rec.db.execute("UPDATE attempts SET decode_tok_s=9e999 WHERE id=?", (ids[1],))
+    cfg = tmp_path / "station.yaml"
+    cfg.write_text(yaml.safe_dump({"database": str(db), "records": central.url,
+                                   "records_password_file": str(central.pwfile), "station": "bench-n"}))
+    assert main(["station", "forward", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert f"attempt {ids[1]} refused" in out and "set aside" in out and "2 attempt(s) sent" in out
+    stored = central.pg.count(central.name, "SELECT attempt_id, slot, error, record FROM station_attempts "
+                                            "ORDER BY attempt_id")
+    assert [(a, s, e, r["identity"]["hostname"]) for a, s, e, r in stored] == [
+        (ids[0], "slot0", "BUILD_ID is 'xy'", "evk"), (ids[2], "slot2", "BUILD_ID is 'xy'", "evk")]
+    # the refused one is not sent again and again: the next forward has nothing to do
+    assert main(["station", "forward", "--config", str(cfg)]) == 0
+    assert "0 attempt(s) sent, 0 already there, 0 waiting" in capsys.readouterr().out

@@ -199,3 +199,26 @@ def test_cli_a_feed_folder_others_may_write_or_a_read_only_place_is_one_line(tmp
         assert "cannot create the live feed folder" in capsys.readouterr().err
     finally:
         os.chmod(tmp_path / "ro", 0o700)
+
+
+def test_odd_requests_get_a_4xx_never_a_crash_and_a_second_loopback_address_answers(station):
+    """A non-ASCII cookie and an attempt id beyond SQLite's integers are a client's problem (4xx
+    with the security headers); a dashboard bound to 127.0.0.2 answers at the URL it prints."""
+    with Records(station.config.database):
+        pass
+    with DashboardServer(station.config, DashboardSettings(port=0, token=TOKEN)) as srv:
+        u = urllib.parse.urlsplit(srv.url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+        conn.putrequest("GET", "/api/history")
+        conn.putheader("Cookie", "edge_llm_dashboard=\u00e9t\u00e9".encode())
+        conn.endheaders()
+        resp = conn.getresponse()
+        assert resp.status == 401 and "script-src 'self'" in resp.getheader("Content-Security-Policy")
+        conn.close()
+    with DashboardServer(station.config, DashboardSettings(port=0)) as srv:
+        status, headers, _ = _get(srv.url + "log/99999999999999999999999")
+        assert status == 404 and headers["X-Content-Type-Options"] == "nosniff"
+        assert _get(srv.url + "log/-1")[0] == 404
+    with DashboardServer(station.config, DashboardSettings(bind="127.0.0.2", port=0)) as srv:
+        assert srv.url.startswith("http://127.0.0.2:")
+        assert _get(srv.url + "api/history")[0] == 200
