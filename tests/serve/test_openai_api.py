@@ -107,3 +107,14 @@ def test_metrics_parse_as_prometheus_text(start_board):
     assert fams["edge_llm_decode_tokens_per_second"].type == "histogram"
     assert fams["edge_llm_queue_depth"].samples[0].value == 0
     assert "edge_llm_runtime_errors" in fams
+
+
+@pytest.mark.parametrize("n", [True, 1.0, 2, "1"])
+def test_n_other_than_the_integer_1_is_refused_by_name(n):
+    # Before: true and 1.0 passed, since they compare equal to 1; every other field refuses a bool.
+    from provisioner.fleet.onboard import serve
+    cfg = {"model": "m", "runtime": "litert_lm"}
+    with pytest.raises(serve.BadRequest) as exc:
+        serve.make_job(cfg, "chat", {"messages": [{"role": "user", "content": "q"}], "n": n})
+    assert exc.value.status == 400 and exc.value.param == "n"
+    assert serve.make_job(cfg, "chat", {"messages": [{"role": "user", "content": "q"}], "n": 1}).prompt

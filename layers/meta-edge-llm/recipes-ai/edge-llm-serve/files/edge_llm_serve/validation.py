@@ -131,7 +131,8 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any]) -> Job:
                                  and opts.get("include_obfuscation") is not True):
         raise BadRequest("'stream_options' may hold include_usage (true or false) only: the stream is not "
                          "obfuscated", param="stream_options")
-    if body.get("n", 1) not in (1, None):
+    n = body.get("n")
+    if n is not None and (type(n) is not int or n != 1):      # true and 1.0 equal 1 in Python: not an integer 1
         raise BadRequest("'n' must be 1 (one NPU, one answer)", param="n")
     limit = int(cfg.get("max_tokens_limit") or DEFAULTS["max_tokens_limit"])
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
