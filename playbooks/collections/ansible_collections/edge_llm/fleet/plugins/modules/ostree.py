@@ -27,7 +27,8 @@ description:
     from the repository's staging directory, retried), records the update (commit, the deployment it replaces,
     the boot id) and deploys the commit as the default with O(kargs) set (C(ostree admin deploy --karg)).
     Boot counting is ostree's and systemd-boot's own (the new entry is named with its tries). An up-to-date
-    board gets only the remote's URL corrected; a commit this board rolled back before is not tried again.
+    board gets only the remote's URL corrected; a commit this board rolled back before is not tried again, and
+    neither is any commit while the record holds another commit's unfinished update (booted, or rolling back).
   - O(mode=commit) ends the update: the gate passed on the booted commit.
   - O(mode=rollback) on the failed deployment makes the previous one the default (C(ostree admin set-default));
     RV(reboot) is then true. Once the board runs the previous deployment it removes the failed one
@@ -111,7 +112,8 @@ def read_text(path):
 
 
 def read_record(path):
-    """The update-os record: {"pending": {commit, from, boot_id, phase, why}, "rolled_back": {commit: why}}."""
+    """The update-os record: {"pending": {commit, from, boot_id, phase, why, to, rollback_boot_id},
+    "rolled_back": {commit: why}}; rollback_boot_id is the boot that asked to leave the failed deployment."""
     try:
         data = json.loads(read_text(path) or "{}")
     except ValueError:
@@ -130,10 +132,15 @@ def write_record(path, data):
     os.replace(tmp, path)
 
 
-def read_state(p):
-    """booted, deployments (default first), have (complete in the repo), boot_id, record, ostree_booted."""
+def read_state(module, p):
+    """booted, deployments (default first), have (complete in the repo), boot_id, record, ostree_booted.
+
+    On a board that booted OSTree, a failed ``ostree admin status`` fails the task with ostree's message: read as
+    "no deployments", it would let a rollback record one it never did."""
     commit = p["commit"]
-    rc, out, _err = run([ostree_exe(), "admin", "status"])
+    rc, out, err = run([ostree_exe(), "admin", "status"])
+    if rc != 0 and os.path.exists(BOOTED_FLAG):
+        module.fail_json(msg=f"ostree admin status failed on this OSTree board: {err.strip()[-300:] or f'exit {rc}'}")
     deployments, booted = [], ""
     for line in out.splitlines() if rc == 0 else []:
         m = STATUS_RE.match(line)
@@ -204,6 +211,14 @@ def stage(module, p, state):
     why = not_ostree_board(state)
     if why:
         fail(module, why, state)
+    other = state["record"].get("pending") or {}
+    if other.get("commit") not in (None, commit) and (state["booted"] == other["commit"]
+                                                       or other.get("phase") == ROLLING_BACK):
+        # deploying now would keep only the booted and merge deployments and drop the last good one, and a
+        # rollback would then go to a deployment that never passed the gate
+        fail(module, f"unfinished update to {str(other['commit'])[:12]} ({other.get('phase') or STAGED}): rerun "
+                     "update-os with that release first", state,
+             edge_llm=payload("refused", state, commit, reason=f"unfinished update to {str(other['commit'])[:12]}"))
     earlier = (state["record"].get("rolled_back") or {}).get(commit)
     if earlier is not None and state["booted"] != commit:
         fail(module, f"update to {commit[:12]} was rolled back on this board before ({earlier}); not tried again",
@@ -212,14 +227,16 @@ def stage(module, p, state):
     if moved and not module.check_mode:
         set_remote(module, p, state)
     rec = pending(state, commit)
-    up_to_date = state["booted"] == commit and not rec
+    # up to date only while the commit is also the default: otherwise the next reboot would leave it
+    up_to_date = state["booted"] == commit and not rec and state["deployments"][:1] == [commit]
     result = {"state": state, "up_to_date": up_to_date, "reboot": False, "pull": "", "changed": moved}
     if up_to_date:
         return dict(result, edge_llm=payload("up-to-date", state, commit))
-    if state["booted"] == commit or (rec and rec.get("boot_id") != state["boot_id"]):
+    if rec and (state["booted"] == commit or rec.get("boot_id") != state["boot_id"]):
         # rebooted since the deploy (into it, or boot counting fell back): nothing to stage, the gate decides
         return dict(result, edge_llm=payload("staged", state, commit))
-    result.update(changed=True, reboot=True)
+    # a board running the commit that is not its default: set-default, no reboot, the gate judges it again
+    result.update(changed=True, reboot=state["booted"] != commit)
     at = state["deployments"].index(commit) if commit in state["deployments"] else -1
     todo = [s for s, need in (("remote", moved), ("pull", not state["have"] and at < 0),
                               ("deploy", at < 0), ("set-default", at > 0), ("record", not rec)) if need]
@@ -271,14 +288,23 @@ def rollback(module, p, state):
     deps = state["deployments"]
     others = [d for d in deps if d != commit]
     base = {"state": state, "pull": "", "changed": False}
+    if not state["booted"]:
+        fail(module, f"ostree admin status shows no booted deployment: nothing rolled back from {commit[:12]}",
+             state)
     if state["booted"] == commit:
+        if rec.get("phase") == ROLLING_BACK and rec.get("rollback_boot_id") not in (None, state["boot_id"]):
+            # the reboot out of it came back into it (a pinned firmware default, a reset into the same entry)
+            fail(module, f"still on the failed deployment {commit[:12]} after the reboot into "
+                         f"{str(rec.get('to') or '')[:12]}: {why}", state,
+                 edge_llm=payload("rollback failed", state, commit, why=why))
         if not others:
             fail(module, f"no previous deployment to roll back to from {commit[:12]}", state)
         target = rec.get("from") if rec.get("from") in others else others[0]
         if module.check_mode:
             return dict(base, reboot=True, changed=True, edge_llm=payload("would roll back", state, commit))
         write_record(p["state_file"], dict(state["record"], pending=dict(rec, commit=commit, phase=ROLLING_BACK,
-                                                                          why=why, to=target)))
+                                                                          why=why, to=target,
+                                                                          rollback_boot_id=state["boot_id"])))
         if deps[0] != target:
             admin(module, state, "set-default", str(deps.index(target)))
         return dict(base, reboot=True, changed=True, edge_llm=payload("rolling back", state, commit, why=why))
@@ -313,7 +339,7 @@ def main():
     bad = [a for a in p["kargs"] or [] if not KARG_RE.match(a)]
     if bad:
         module.fail_json(msg=f"kernel arguments must be NAME=VALUE without spaces or quotes: {bad[0][:80]!r}")
-    state = read_state(p)
+    state = read_state(module, p)
     if p["mode"] == "state":
         module.exit_json(changed=False, state=state, reboot=False, pull="")
     handler = {"stage": stage, "commit": commit_mode, "rollback": rollback}[p["mode"]]
