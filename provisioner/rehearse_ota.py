@@ -178,6 +178,7 @@ class OtaRehearsal:
     def _release(self, lane: Lane, release_id: str, rootfs: Path, change: dict[str, bytes]) -> tuple[Path, str]:
         """A release folder as a sota ``build`` leaves it (release.json ``ota`` + the tarball); successive
         builds share one ostree_repo like the deploy folder's, so the second commit's parent is the first."""
+        from provisioner.image.release import ota_kargs
         from provisioner.ota.commit import collect
         from provisioner.sim.ostree_image import build_commit
 
@@ -189,7 +190,7 @@ class OtaRehearsal:
         shutil.rmtree(rel, ignore_errors=True)
         rel.mkdir(parents=True)
         ota = collect(tarball, rel, machine)
-        ota["kargs"] = [f"qcom_scm.download_mode={int(lane.manifest.image.download_mode)}"]   # as the build does
+        ota["kargs"] = ota_kargs(lane.manifest)            # as the build does
         (rel / "release.json").write_text(json.dumps({"format": 1, "release": release_id, "board": lane.board.id,
                                                       "ota": ota}, indent=2) + "\n", encoding="utf-8")
         return rel, commit

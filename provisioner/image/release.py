@@ -61,6 +61,12 @@ def layers_from_lock(lock_files: Iterable[Path]) -> dict[str, str]:
     return dict(sorted(layers.items()))
 
 
+def ota_kargs(manifest: Any) -> list[str]:
+    """The kernel arguments a release's update carries (provisioner.ota.commit.OtaTarget.kargs says why): one
+    rule for real releases and the OTA rehearsal's, so a rehearsal never tests arguments a build would not set."""
+    return [f"qcom_scm.download_mode={int(manifest.image.download_mode)}"]
+
+
 def _model_entries(manifest: Any) -> list[dict[str, Any]]:
     """Model records for release.json: sha256/size from the manifest, else computed from the local file."""
     out = []
@@ -186,7 +192,7 @@ def write_release(
             tarball, collector = ota
             data["ota"] = collector(Path(tarball), staging, manifest.board.kas_machine)
             # the kernel arguments an update must carry (provisioner.ota.commit.OtaTarget.kargs says why)
-            data["ota"]["kargs"] = [f"qcom_scm.download_mode={int(manifest.image.download_mode)}"]
+            data["ota"]["kargs"] = ota_kargs(manifest)
         _atomic_write_json(staging / RELEASE_JSON, data)
         _swap_into_place(staging, final)
     except BaseException:
