@@ -1,7 +1,8 @@
 """edge-llm-serve: the on-board OpenAI-compatible LLM service, the model loaded once through its C API.
 
 Runs on the board as /usr/bin/edge-llm-serve, a small entry point of this package (the meta-edge-llm
-recipe installs both; the fleet's launch playbook pushes the package to boards without the image's).
+recipe installs both; fleet launch pushes the package to a board without it, but never to an OSTree-booted
+board, whose /usr is the image's and read-only: there the service comes with fleet update-os).
 The runtime is bound with ctypes: LiteRT-LM's c/engine.h library or QAIRT's libGenie.so
 (:mod:`.engines.cabi`, the one list of functions called). The controller imports this package too, for
 the argv builder and output parsers of the smoke run (:mod:`.runtime_cli`: `fleet verify` still runs
@@ -11,6 +12,7 @@ API (OpenAI's, as llama-server/Ollama/vLLM serve it):
   GET  /health               200 when the model is loaded (readiness), 503 while loading or failed
   GET  /livez                200 while the process answers (liveness)
   GET  /v1/models            the one model this instance serves
+  GET  /v1/models/{id}       that model, or 404 model_not_found for any other id
   POST /v1/chat/completions  messages in the model's chat template; stream=true is SSE ending "data: [DONE]"
   POST /v1/completions       raw prompt, also streaming
   GET  /metrics              Prometheus text format
