@@ -3,9 +3,10 @@
 The fleet's ssh runs with ``StrictHostKeyChecking=yes`` against the ``known_hosts`` the station
 exported (:mod:`provisioner.station.inventory_export`), so ssh itself refuses such a board and
 Ansible reports it unreachable with ssh's own words. OpenSSH prints the key it was offered in
-warn_changed_key() (sshconnect.c): "The fingerprint for the <TYPE> key sent by the remote host
-is\\n<fingerprint>." and, for a key type nothing is recorded for, "No <TYPE> host key is known for
-<host> and you have requested strict checking.". This turns that into a verdict: the board is not
+warn_changed_key() (openssh-portable V_9_2_P1, Debian 12's, sshconnect.c:1629-1645): "The fingerprint for
+the <TYPE> key sent by the remote host is\\n<fingerprint>." and, for a key type nothing is recorded for,
+check_host_key() (sshconnect.c:1140-1141): "No <TYPE> host key is known for <host> and you have requested
+strict checking.". This turns that into a verdict: the board is not
 the one the factory flashed (an impostor, a swapped board), or it was re-imaged outside the station.
 """
 

@@ -75,45 +75,45 @@ LiteRtLmStreamCallback = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p
 
 LITERT_LM_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "litert_lm_set_min_log_level": (None, [_I]),                 # engine.h:240
-    "litert_lm_engine_settings_create": (_P, [_S, _S, _S, _S]),   # model_path, backend, vision, audio
-    "litert_lm_engine_settings_delete": (None, [_P]),
-    "litert_lm_engine_settings_set_max_num_tokens": (None, [_P, _I]),
+    "litert_lm_engine_settings_create": (_P, [_S, _S, _S, _S]),   # engine.h:271; model_path, backend, vision, audio
+    "litert_lm_engine_settings_delete": (None, [_P]),  # engine.h:279
+    "litert_lm_engine_settings_set_max_num_tokens": (None, [_P, _I]),  # engine.h:286
     "litert_lm_engine_settings_set_cache_dir": (None, [_P, _S]),  # engine.h:313
-    "litert_lm_engine_settings_set_litert_dispatch_lib_dir": (None, [_P, _S]),
-    "litert_lm_engine_settings_enable_benchmark": (None, [_P]),
-    "litert_lm_engine_create": (_P, [_P]),
-    "litert_lm_engine_delete": (None, [_P]),
-    "litert_lm_session_config_create": (_P, []),
-    "litert_lm_session_config_set_max_output_tokens": (None, [_P, _I]),
-    "litert_lm_session_config_set_apply_prompt_template": (None, [_P, ctypes.c_bool]),
-    "litert_lm_session_config_set_sampler_params": (None, [_P, ctypes.POINTER(LiteRtLmSamplerParams)]),
-    "litert_lm_session_config_delete": (None, [_P]),
-    "litert_lm_engine_create_session": (_P, [_P, _P]),            # engine, session config (NULL = default)
-    "litert_lm_session_delete": (None, [_P]),
-    "litert_lm_session_cancel_process": (None, [_P]),
-    "litert_lm_session_generate_content_stream": (
+    "litert_lm_engine_settings_set_litert_dispatch_lib_dir": (None, [_P, _S]),  # engine.h:321
+    "litert_lm_engine_settings_enable_benchmark": (None, [_P]),  # engine.h:347
+    "litert_lm_engine_create": (_P, [_P]),  # engine.h:380
+    "litert_lm_engine_delete": (None, [_P]),  # engine.h:386
+    "litert_lm_session_config_create": (_P, []),  # engine.h:123
+    "litert_lm_session_config_set_max_output_tokens": (None, [_P, _I]),  # engine.h:129
+    "litert_lm_session_config_set_apply_prompt_template": (None, [_P, ctypes.c_bool]),  # engine.h:136
+    "litert_lm_session_config_set_sampler_params": (None, [_P, ctypes.POINTER(LiteRtLmSamplerParams)]),  # engine.h:143
+    "litert_lm_session_config_delete": (None, [_P]),  # engine.h:149
+    "litert_lm_engine_create_session": (_P, [_P, _P]),  # engine.h:396; engine, session config (NULL = default)
+    "litert_lm_session_delete": (None, [_P]),  # engine.h:403
+    "litert_lm_session_cancel_process": (None, [_P]),  # engine.h:409
+    "litert_lm_session_generate_content_stream": (  # engine.h:683
         _I, [_P, ctypes.POINTER(LiteRtLmInputData), _SZ, LiteRtLmStreamCallback, _P]),
-    "litert_lm_session_get_benchmark_info": (_P, [_P]),
-    "litert_lm_conversation_config_create": (_P, []),
-    "litert_lm_conversation_config_set_session_config": (None, [_P, _P]),
+    "litert_lm_session_get_benchmark_info": (_P, [_P]),  # engine.h:565
+    "litert_lm_conversation_config_create": (_P, []),  # engine.h:156
+    "litert_lm_conversation_config_set_session_config": (None, [_P, _P]),  # engine.h:162
     "litert_lm_conversation_config_set_system_message": (None, [_P, _S]),   # engine.h:170: the content, as JSON
-    "litert_lm_conversation_config_set_messages": (None, [_P, _S]),         # JSON array (history)
-    "litert_lm_conversation_config_delete": (None, [_P]),
-    "litert_lm_conversation_create": (_P, [_P, _P]),              # engine, conversation config
-    "litert_lm_conversation_delete": (None, [_P]),
-    "litert_lm_conversation_send_message_stream": (
+    "litert_lm_conversation_config_set_messages": (None, [_P, _S]),         # engine.h:184; JSON array (history)
+    "litert_lm_conversation_config_delete": (None, [_P]),  # engine.h:214
+    "litert_lm_conversation_create": (_P, [_P, _P]),              # engine.h:697; engine, conversation config
+    "litert_lm_conversation_delete": (None, [_P]),  # engine.h:704
+    "litert_lm_conversation_send_message_stream": (  # engine.h:761
         _I, [_P, _S, _S, _P, LiteRtLmStreamCallback, _P]),      # conv, message JSON, extra ctx, opt args
-    "litert_lm_conversation_cancel_process": (None, [_P]),
-    "litert_lm_conversation_get_benchmark_info": (_P, [_P]),
-    "litert_lm_benchmark_info_delete": (None, [_P]),
-    "litert_lm_benchmark_info_get_time_to_first_token": (ctypes.c_double, [_P]),
-    "litert_lm_benchmark_info_get_total_init_time_in_second": (ctypes.c_double, [_P]),
-    "litert_lm_benchmark_info_get_num_prefill_turns": (_I, [_P]),
-    "litert_lm_benchmark_info_get_num_decode_turns": (_I, [_P]),
-    "litert_lm_benchmark_info_get_prefill_token_count_at": (_I, [_P, _I]),
-    "litert_lm_benchmark_info_get_decode_token_count_at": (_I, [_P, _I]),
-    "litert_lm_benchmark_info_get_prefill_tokens_per_sec_at": (ctypes.c_double, [_P, _I]),
-    "litert_lm_benchmark_info_get_decode_tokens_per_sec_at": (ctypes.c_double, [_P, _I]),
+    "litert_lm_conversation_cancel_process": (None, [_P]),  # engine.h:787
+    "litert_lm_conversation_get_benchmark_info": (_P, [_P]),  # engine.h:796
+    "litert_lm_benchmark_info_delete": (None, [_P]),  # engine.h:572
+    "litert_lm_benchmark_info_get_time_to_first_token": (ctypes.c_double, [_P]),  # engine.h:583
+    "litert_lm_benchmark_info_get_total_init_time_in_second": (ctypes.c_double, [_P]),  # engine.h:591
+    "litert_lm_benchmark_info_get_num_prefill_turns": (_I, [_P]),  # engine.h:599
+    "litert_lm_benchmark_info_get_num_decode_turns": (_I, [_P]),  # engine.h:607
+    "litert_lm_benchmark_info_get_prefill_token_count_at": (_I, [_P, _I]),  # engine.h:616
+    "litert_lm_benchmark_info_get_decode_token_count_at": (_I, [_P, _I]),  # engine.h:625
+    "litert_lm_benchmark_info_get_prefill_tokens_per_sec_at": (ctypes.c_double, [_P, _I]),  # engine.h:634
+    "litert_lm_benchmark_info_get_decode_tokens_per_sec_at": (ctypes.c_double, [_P, _I]),  # engine.h:643
 }
 
 # Genie_Status_t (int32_t) values of GenieCommon.h that the service tells apart.

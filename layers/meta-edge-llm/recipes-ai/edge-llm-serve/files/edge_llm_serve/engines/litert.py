@@ -152,9 +152,9 @@ class LiteRtLmEngine(Engine):
         # seed only makes sampling repeatable), so only temperature or top_p choose sampling.
         if job.temperature is not None or job.top_p is not None:
             # temperature 0 is greedy decoding, asked of the top-p sampler as top_k=1 (only the most likely
-            # token is left to draw from): the library's sampler factory implements no other type, it
-            # refuses session creation with "UNIMPLEMENTED: Sampler type: 3 not implemented yet." for
-            # kGreedy (and 1, kTopK, alike; seen from litert-lm-api 0.12.0's liblitert-lm.so on CPU).
+            # token is left to draw from): the CPU sampler factory implements TOP_P only and refuses any
+            # other type with "Sampler type: N not implemented yet." (LiteRT-LM cbf463d
+            # runtime/components/sampler_factory.cc:579-594), so kGreedy (3) and kTopK (1) fail the session.
             greedy = job.temperature == 0
             params = LiteRtLmSamplerParams(
                 type=LITERT_SAMPLER_TOPP, top_k=1 if greedy else 40,

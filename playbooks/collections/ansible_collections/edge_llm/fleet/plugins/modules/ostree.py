@@ -81,6 +81,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 COMMIT_RE = re.compile(r"^[0-9a-f]{64}$")
 KARG_RE = re.compile(r"^[A-Za-z0-9_.-]+=[^\s\"']*$")
 #: one `ostree admin status` deployment line: "* nodistro <checksum>.<serial>" (booted), "  nodistro ..." else
+#: (ostree v2026.1 src/ostree/ot-admin-builtin-status.c:98-99, "%c %s %s.%d%s" with '*' marking the booted one)
 STATUS_RE = re.compile(r"^(\*?)\s*(\S+)\s+([0-9a-f]{64})\.([0-9]+)")
 REPO = "/ostree/repo"            # the booted system's repository: /ostree -> sysroot/ostree (image_types_ostree:56)
 BOOTED_FLAG = "/run/ostree-booted"            # OSTREE_PATH_BOOTED, src/libostree/ostree-sysroot.h:33
@@ -148,6 +149,8 @@ def read_state(module, p):
             deployments.append(m.group(3))
             if m.group(1):
                 booted = m.group(3)
+    # complete = a checksum is shown as the commit object when present (ot-builtin-show.c:419-421), and no
+    # state/<commit>.commitpartial is left by a cut pull (src/libostree/ostree-core-private.h:128)
     have = (run([ostree_exe(), f"--repo={REPO}", "show", commit])[0] == 0
             and not os.path.exists(os.path.join(REPO, "state", f"{commit}.commitpartial")))
     return {"booted": booted, "deployments": deployments, "have": have, "boot_id": read_text(BOOT_ID).strip(),
@@ -173,7 +176,8 @@ def not_ostree_board(state):
 
 
 def remote_url(remote):
-    """The URL the board's remote names now (``ostree remote show-url``, ostree-remote(1)); "" when none."""
+    """The URL the board's remote names now (``ostree remote show-url``, v2026.1
+    src/ostree/ot-remote-builtin-show-url.c:52-55); "" when none."""
     rc, out, _err = run([ostree_exe(), f"--repo={REPO}", "remote", "show-url", remote])
     return out.strip() if rc == 0 else ""
 
@@ -181,7 +185,7 @@ def remote_url(remote):
 def set_remote(module, p, state):
     """Point the remote at this run's repository: a board keeps pulling from whatever URL its remote names,
     so one added for an earlier URL is replaced (``ostree remote add --force``: "Replace the provided remote
-    if it exists", ostree-remote(1)).
+    if it exists", v2026.1 src/ostree/ot-remote-builtin-add.c:56-57).
 
     --no-gpg-verify: a QLI board's ostree verifies no signature (meta-updater f0e1ccaf
     recipes-extended/ostree/ostree_2026.1.bbappend line 5 removes gpgme; meta-oe 9af4488d ostree_2026.1.bb
@@ -244,7 +248,8 @@ def stage(module, p, state):
         return dict(result, would=todo, edge_llm=payload("would update", state, commit))
     pull = ""
     if "pull" in todo:
-        # the static delta from the running commit is used when published; a cut pull resumes
+        # the static delta from the running commit is used when published; a cut pull resumes. BRANCH@COMMIT
+        # pulls exactly that commit of the branch (v2026.1 src/ostree/ot-builtin-pull.c:259-278)
         for attempt in range(max(0, p["pull_retries"]) + 1):
             rc, out, err = run([ostree_exe(), f"--repo={REPO}", "pull", p["remote"], f"{p['branch']}@{commit}"])
             if rc == 0:
@@ -261,10 +266,12 @@ def stage(module, p, state):
     if "deploy" in todo:
         # the booted deployment is the merge deployment: its /etc is merged in, its kernel arguments copied
         # unless --karg replaces one (v2026.1 src/ostree/ot-admin-builtin-deploy.c:156-200); the new entry is
-        # the default, named with sysroot.boot-counting-tries (ostree-sysroot-deploy.c:1811-1829)
+        # the default, named with sysroot.boot-counting-tries (ostree-sysroot-deploy.c:1811-1829). Without
+        # --retain* it keeps only the booted and merge deployments of this stateroot (ot-admin-builtin-deploy.c:
+        # 301-318, src/libostree/ostree-sysroot.c:2168-2171): why stage refuses while another update is open
         admin(module, state, "deploy", f"--os={p['osname']}", *(f"--karg={a}" for a in p["kargs"]), commit)
     elif "set-default" in todo:
-        admin(module, state, "set-default", str(at))       # v2026.1 src/ostree/ot-admin-builtin-set-default.c
+        admin(module, state, "set-default", str(at))   # v2026.1 src/ostree/ot-admin-builtin-set-default.c:52-63
     return dict(result, pull=pull, edge_llm=payload("staged", state, commit, pull))
 
 
