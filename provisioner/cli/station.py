@@ -218,8 +218,10 @@ def history_cmd(serial: str | None, release: str | None, outcome: str | None, st
         return
     stdout.print(table(f"station history ({hist.source}: {hist.where})",
                        ["station", "id", "serial", "slot", "release", "qdl", "state", "result", "s", "error", "log"],
-                       [(r.get("station"), r["id"], r["serial"], r["slot"], r["release_id"], r["qdl_version"],
-                         r["state"], r["result"], r["duration_s"], r["error"], r["log_path"]) for r in rows]))
+                       [tuple(r.get(k) for k in ("station", "id", "serial", "slot", "release_id", "qdl_version",
+                                                 "state", "result", "duration_s", "error", "log_path")) for r in rows]))
+    if hist.malformed:
+        stdout.print(f"({hist.malformed} central row(s) skipped: not a station's attempt record)")
     if hist.truncated:
         stdout.print(f"(newest {limit} shown; --limit for more)")
 

@@ -208,6 +208,7 @@ class Central:
         self.env = env
         self._conn: Any = None
         self._schema_ok = False
+        self.malformed = 0   # rows the last history() skipped: not a station's attempt record
 
     # -- connection ----------------------------------------------------------------------
     def error(self, exc: BaseException, secret: str | None = None) -> StationError:
@@ -371,7 +372,16 @@ class Central:
         def body(conn: Any) -> list[dict[str, Any]]:
             if conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
                 return []   # no station has forwarded anything yet
-            return [dict(rec) | {"station": st, "station_db": str(db)} for st, db, rec in conn.execute(sql, args)]
+            out, bad = [], 0
+            for st, db, rec in conn.execute(sql, args):
+                # any station role can INSERT, and other versions write other records: a row
+                # that is not an attempt record is counted and skipped, never a crash
+                if isinstance(rec, dict) and all(k in rec for k in ("id", "serial", "result")):
+                    out.append(dict(rec) | {"station": st, "station_db": str(db)})
+                else:
+                    bad += 1
+            self.malformed = bad
+            return out
 
         return self._run(body)
 

@@ -34,6 +34,7 @@ class History:
     source: str = "local"
     where: str = ""
     truncated: bool = False
+    malformed: int = 0    # central rows skipped because they are not attempt records
 
 
 def read_history(cfg: StationConfig, *, serial: str | None = None, release: str | None = None,
@@ -51,7 +52,7 @@ def read_history(cfg: StationConfig, *, serial: str | None = None, release: str 
             rows = c.history(serial=serial, release=release, outcome=outcome, station=station, limit=want)
         finally:
             c.close()
-        hist = History(rows, "central", cfg.central.describe())
+        hist = History(rows, "central", cfg.central.describe(), malformed=c.malformed)
     else:
         if not cfg.database.is_file():
             raise StationError(f"no station database at {cfg.database}", "flash a board first or pass --db")
@@ -118,8 +119,9 @@ class CentralHistoryReader:
                 # a server that stopped answering, and with it the dashboard
                 rows = self.central.history(serial=serial, release=release, outcome=result, limit=limit,
                                             contains=True)
-            except StationError as exc:
-                self.error = str(exc)
+            except Exception as exc:  # unreachable, or a bug reading its rows: this station's own still answers
+                self.error = str(exc) if isinstance(exc, StationError) else (
+                    f"central records {self.central.settings.describe()}: unreadable ({type(exc).__name__})")
                 self._down_until = time.monotonic() + self.retry_s
             else:
                 self.error = None

@@ -382,3 +382,28 @@ def test_a_row_the_server_cannot_store_never_blocks_the_rest_of_the_history(pg, 
     # the refused one is not sent again and again: the next forward has nothing to do
     assert main(["station", "forward", "--config", str(cfg)]) == 0
     assert "0 attempt(s) sent, 0 already there, 0 waiting" in capsys.readouterr().out
+
+
+def test_a_central_row_that_is_not_an_attempt_record_is_skipped_and_counted(pg, central, tmp_path, capsys):
+    db = tmp_path / "station.db"
+    with Records(db) as rec:
+        aid = rec.start_attempt("0AA94E00", slot="slot 1", board="iq-8275-evk", release_id="r1", artifacts={},
+                                qdl_version="2.5", log_path=None)
+        rec.finish_attempt(aid, "passed")
+    cfg = tmp_path / "station.yaml"
+    cfg.write_text(yaml.safe_dump({"database": str(db), "records": central.url,
+                                   "records_password_file": str(central.pwfile), "station": "bench-m"}))
+    assert main(["station", "forward", "--config", str(cfg)]) == 0
+    for n, record in enumerate(('"just text"', '[1, 2]', '{"id": 7}')):   # by hand, or another version's
+        central.pg.count(central.name, "INSERT INTO station_attempts (station_db, attempt_id, station, serial, "
+                                       "result, started, record) VALUES (gen_random_uuid(), %s, 'other', 'X', "
+                                       "'passed', now(), %s::jsonb) RETURNING attempt_id", (n, record))
+    capsys.readouterr()
+    assert main(["station", "history", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "0AA94E00" in out and "3 central row(s) skipped" in out
+    reader = history_reader(load_config(cfg))
+    try:
+        assert [r["serial"] for r in reader.search()] == ["0AA94E00"] and reader.error is None
+    finally:
+        reader.close()
