@@ -84,12 +84,12 @@ def test_rehearsal_four_boards_with_one_injected_fault(tmp_path, capsys):
     leftovers = subprocess.run(["pgrep", "-f", str(work / "sim")], capture_output=True, text=True).stdout.split()
     assert leftovers == []
     # the fleet reached every board pinned to the host keys the station read on its console
-    known = (work / "fleet" / "known_hosts").read_text().splitlines()
+    known = (work / "fleet" / "station.known_hosts").read_text().splitlines()
     assert len(known) == 4 and all(line.split()[1] == "ecdsa-sha2-nistp256" for line in known)
     inv = yaml.safe_load((work / "inventory.yml").read_text())
     for group in inv["all"]["children"].values():
         for hv in group["hosts"].values():
-            assert f"UserKnownHostsFile={work / 'fleet' / 'known_hosts'}" in hv["ansible_ssh_common_args"]
+            assert f"UserKnownHostsFile={work / 'fleet' / 'station.known_hosts'}" in hv["ansible_ssh_common_args"]
             assert "StrictHostKeyChecking=yes" in hv["ansible_ssh_common_args"]
     # the station recorded every attempt
     hist = subprocess.run(["sqlite3", str(work / "station.db"), "select count(*) from attempts"],

@@ -267,7 +267,7 @@ def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path 
                          as_json: bool) -> None:
     """Ansible inventory of boards that passed, grouped per board type (iq_8275_evk, ...)."""
     from provisioner.contracts.inventory import dump_inventory
-    from provisioner.station.inventory_export import build_inventory
+    from provisioner.station.inventory_export import build_inventory, known_hosts_for, parse_address
 
     cfg = _config(config, db=db)
     if not cfg.database.is_file():
@@ -278,6 +278,8 @@ def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path 
         if not sep or not value:
             raise StationError(f"--address {a!r} is not serial=host[:port]", "e.g. --address 0AA94EFD=10.0.0.7:22")
         amap[key.upper()] = value
+    for serial, value in amap.items():
+        parse_address(serial, value)   # every one checked now, not only those of boards that passed
     with Records(cfg.database, writer=False) as records:
         inv = write_inventory(records, out, amap) if out else build_inventory(records, amap)
     if as_json:
@@ -285,7 +287,7 @@ def export_inventory_cmd(out: Path | None, addresses: tuple[str, ...], db: Path 
     elif out:
         n = sum(len(g["hosts"]) for g in inv["all"]["children"].values())
         stdout.print(f"wrote {out}: {n} board(s) in {len(inv['all']['children'])} group(s); their SSH host keys "
-                     f"as recorded on the line in {out.absolute().with_name('known_hosts')}")
+                     f"as recorded on the line in {known_hosts_for(out)}")
     else:
         stdout.print(dump_inventory(inv), markup=False, highlight=False)
 

@@ -1,6 +1,10 @@
 """The station's hand-over to the fleet: an Ansible inventory of the boards that passed, and the
 ``known_hosts`` file that pins each board's SSH host keys as recorded on the line.
 
+The key file is named after the inventory (``inventory/line1.yml`` -> ``inventory/line1.known_hosts``),
+in the inventory's folder: two inventories exported into one folder (two stations, two lines)
+keep their own pinned keys instead of one replacing the other's.
+
 Why pinned keys instead of trust on first use: the fleet then connects with
 ``StrictHostKeyChecking=yes`` (ssh_config(5)) against keys the board showed the station over its
 serial console at first boot, so an impostor on the network, or a board whose keys were replaced,
@@ -17,6 +21,35 @@ from provisioner.contracts import inventory
 from provisioner.errors import StationError
 from provisioner.station import identity as board_identity
 from provisioner.station.records import Records
+
+
+def known_hosts_for(out: Path | str) -> Path:
+    """The pinned-keys file written beside inventory ``out``: its name with ``.known_hosts``."""
+    return Path(out).absolute().with_suffix(".known_hosts")
+
+
+def parse_address(serial: str, value: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6 address, as (host, port);
+    a bad one is a StationError naming the board."""
+    text = str(value).strip()
+    host, port, has_port = text, "", False
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            host = ""
+        port, has_port = rest[1:], bool(rest)
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+        has_port = True
+    ok = bool(host) and not any(c.isspace() or c in "[]/" for c in host)
+    if has_port:
+        ok = ok and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
+    if not ok:
+        raise StationError(f"address {value!r} of board {serial} is not host[:port] (port 1-65535)",
+                           "e.g. --address 0AA94EFD=10.0.0.7:22, or [fe80::1]:22 for IPv6 "
+                           "(--address, or addresses: in station.yaml)")
+    return host, int(port) if port else None
+
 
 #: the attempt event that holds a board's factory baseline (written by provisioner.fleet.baseline)
 BASELINE_STEP = "baseline"
@@ -44,11 +77,11 @@ def _inventory_hosts(records: Records, addresses: dict[str, str] | None,
         serial = row["serial"]
         hostname = ident.get("fleet_hostname") or inventory.hostname_for(None, board_id, serial)
         addr = addresses.get(serial) or row.get("address") or ident.get("address")
-        host, _, port = str(addr).partition(":") if addr else ("", "", "")
+        host, port = parse_address(serial, str(addr)) if addr else ("", None)
         keys = board_identity.recorded_keys(ident)
         conn = {"ansible_ssh_common_args": board_identity.ssh_args(str(known_hosts), hostname)} if known_hosts else None
         hosts.append((hostname, inventory.host_vars(
-            board=board_id, address=host or None, port=int(port) if port else None, user="root",
+            board=board_id, address=host or None, port=port, user="root",
             serial=serial, build_id=row.get("release_id"), slot=row.get("slot"), connection=conn,
             host_keys=[k.fingerprint for k in keys] or None,
             factory_baseline=factory_baseline(records, row["id"])), keys))
@@ -70,26 +103,34 @@ def build_inventory(records: Records, addresses: dict[str, str] | None = None,
 
 def write_inventory(records: Records, out: Path | str, addresses: dict[str, str] | None = None) -> dict[str, Any]:
     """Write :func:`build_inventory` atomically to ``out`` and the boards' recorded host keys to
-    ``known_hosts`` beside it; returns the inventory."""
+    :func:`known_hosts_for` beside it; returns the inventory."""
     out = Path(out)
-    known_hosts = out.absolute().with_name("known_hosts")
+    known_hosts = known_hosts_for(out)
+    if out.is_dir() or out.suffix == ".known_hosts" or not out.name:
+        raise StationError(f"--out {out} is a folder or a key file name", "name the inventory file, e.g. "
+                           "--out inventory/station.yml")
     if any(c.isspace() for c in str(known_hosts)):
         # ssh_config(5): UserKnownHostsFile takes a whitespace-separated list of files
         raise StationError(f"--out {out}: the known_hosts beside it ({known_hosts}) would have a space in its path, "
                            "which ssh reads as two files", "write the inventory to a folder without spaces")
     hosts = _inventory_hosts(records, addresses, known_hosts)
     lines = board_identity.known_hosts_lines((name, keys) for name, _, keys in hosts)
-    inventory.atomic_write(known_hosts, "".join(line + "\n" for line in lines))
     inv = inventory.build_inventory((name, hv) for name, hv, _ in hosts)
-    inventory.write_inventory(out, inv, "generated by `provisioner station export-inventory`")
+    try:
+        inventory.atomic_write(known_hosts, "".join(line + "\n" for line in lines))
+        inventory.write_inventory(out, inv, "generated by `provisioner station export-inventory`")
+    except OSError as exc:
+        raise StationError(f"--out {out}: cannot write {exc.filename or out} ({exc.strerror})",
+                           "pass a writable folder's file, e.g. --out inventory/station.yml") from None
     return inv
 
 
 def pin_inventory(inv: dict[str, Any], records: Records, folder: Path, *, serial_var: str = "edge_llm_serial") -> int:
     """Make another inventory's hosts connect pinned to the keys recorded on the line: writes this station's
-    inventory and ``known_hosts`` into ``folder`` and gives every host of ``inv`` whose ``serial_var`` names a
-    board with recorded keys the strict ssh arguments. Returns how many hosts were pinned."""
+    inventory and its ``station.known_hosts`` into ``folder`` and gives every host of ``inv`` whose
+    ``serial_var`` names a board with recorded keys the strict ssh arguments. Returns how many hosts were pinned."""
     station = write_inventory(records, folder / "station.yml")
+    known_hosts = str(known_hosts_for(folder / "station.yml"))
     pinned = {hv.get("edge_llm_serial"): name for g in station["all"]["children"].values()
               for name, hv in g["hosts"].items() if hv.get("edge_llm_host_keys")}
     n = 0
@@ -97,6 +138,6 @@ def pin_inventory(inv: dict[str, Any], records: Records, folder: Path, *, serial
         for hv in group["hosts"].values():
             name = pinned.get(hv.get(serial_var))
             if name:
-                hv["ansible_ssh_common_args"] = board_identity.ssh_args(str((folder / "known_hosts").absolute()), name)
+                hv["ansible_ssh_common_args"] = board_identity.ssh_args(known_hosts, name)
                 n += 1
     return n

@@ -129,13 +129,13 @@ def test_keys_from_the_line_pin_the_fleet_and_a_changed_key_fails_verify(network
     addrs = [f"--address={b.serial}=127.0.0.1:{b.reload().data['ssh']['port']}" for b in boards]
     assert main(["station", "export-inventory", "--db", str(db), "--out", str(inv), *addrs]) == 0
     assert "known_hosts" in capsys.readouterr().out
-    known = (inv.parent / "known_hosts").read_text().splitlines()
+    known = (inv.parent / "station.known_hosts").read_text().splitlines()
     assert sorted(line.split()[0] for line in known) == sorted(f"iq-8275-{b.serial.lower()}" for b in boards)
     data = yaml.safe_load(inv.read_text())
     hosts = data["all"]["children"]["iq_8275_evk"]["hosts"]
     for hv in hosts.values():
         assert "StrictHostKeyChecking=yes" in hv["ansible_ssh_common_args"]
-        assert f"UserKnownHostsFile={inv.parent / 'known_hosts'}" in hv["ansible_ssh_common_args"]
+        assert f"UserKnownHostsFile={inv.parent / 'station.known_hosts'}" in hv["ansible_ssh_common_args"]
     # what the operator adds for this controller: its key and (virtual boards only) their python
     data["all"]["vars"] = {"ansible_ssh_private_key_file": str(host.controller_key(station.root)),
                            "ansible_python_interpreter": "/run/edge-llm-sim/python3"}

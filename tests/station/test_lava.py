@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -92,3 +93,13 @@ def test_bad_url_base_is_one_line(release_8275, tmp_path, capsys):
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "is not a URL" in err and "Traceback" not in err
+
+
+def test_an_out_that_is_not_a_writable_folder_is_one_line(release_8275, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out in (afile, Path("/proc/edge-llm-lava")):
+        assert main(["station", "export-lava", str(release_8275), "--url-base", "https://artifacts.lab/x",
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "is not a writable folder" in err and "Traceback" not in err

@@ -216,3 +216,33 @@ def test_a_corrupt_database_met_while_reading_is_one_line(tmp_path, monkeypatch)
     finally:
         rec.db = real
         rec.close()
+
+
+def test_export_inventory_mistakes_are_one_line_and_inventories_keep_their_own_keys(tmp_path, capsys):
+    db = tmp_path / "station.db"
+    with Records(db) as rec:
+        rec.board_seen("0AA94E00", slot="slot 0", board="iq-8275-evk")
+        aid = rec.start_attempt("0AA94E00", slot="slot 0", board="iq-8275-evk", release_id="r1", artifacts={},
+                                qdl_version="qdl 2.5", log_path=None)
+        rec.finish_attempt(aid, PASSED)
+    folder = tmp_path / "inv"
+    folder.mkdir()
+    for args, why in ((["--address", "0AA94E00=10.0.0.7:ssh"], "is not host[:port]"),
+                      (["--address", "0AA94E00=10.0.0.7:99999"], "is not host[:port]"),
+                      (["--address", "0AA94EFF=[fe80::1"], "is not host[:port]"),
+                      (["--out", str(folder)], "is a folder"),
+                      (["--out", "/proc/edge-llm-inv.yml"], "cannot write")):
+        assert main(["station", "export-inventory", "--db", str(db), *args]) == 2, args
+        err = capsys.readouterr().err
+        assert why in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "known_hosts").exists() and list(folder.iterdir()) == []
+    # two inventories in one folder: each its own pinned keys, named after it
+    for name, addr in (("line1", "0AA94E00=[fe80::1]:2222"), ("line2", "0AA94E00=fe80::2")):
+        assert main(["station", "export-inventory", "--db", str(db), "--out", str(folder / f"{name}.yml"),
+                     "--address", addr]) == 0
+    for name, host, port in (("line1", "fe80::1", 2222), ("line2", "fe80::2", None)):
+        (hv,) = yaml.safe_load((folder / f"{name}.yml").read_text())["all"]["children"]["iq_8275_evk"][
+            "hosts"].values()
+        assert f"UserKnownHostsFile={folder / name}.known_hosts" in hv["ansible_ssh_common_args"]
+        assert hv["ansible_host"] == host and hv.get("ansible_port") == port
+        assert (folder / f"{name}.known_hosts").is_file()
