@@ -167,14 +167,17 @@ def _one_line(exc: BaseException, secret: str | None) -> str:
     return mask_url(text)
 
 
+URI_HINT = "fix records: in station.yaml (a libpq connection URI, docs/15/libpq-connect.html)"
+
+
 def _hint(text: str, settings: CentralSettings) -> str:
     if "password authentication failed" in text or "no password supplied" in text:
         return f"check the password in {settings.password_source()} and the role in the URL"
     if "invalid" in text and ("URI" in text or "connection option" in text):
-        return "fix records: in station.yaml (a libpq connection URI, docs/15/libpq-connect.html)"
+        return URI_HINT
     if "does not exist" in text:
         return "create the database and role (see the README's factory section)"
-    return "check that the server runs and this station reaches it; attempts wait in the local outbox meanwhile"
+    return "check that the server runs and this station reaches it"
 
 
 def _json(obj: Any) -> str:
@@ -233,6 +236,9 @@ class Central:
                 application_name="edge-llm-station", options=f"-c statement_timeout={s.statement_timeout_ms}",
                 tcp_user_timeout=s.statement_timeout_ms, keepalives=1, keepalives_idle=5,
                 keepalives_interval=2, keepalives_count=2)
+        except psycopg.ProgrammingError as exc:   # libpq could not parse the URI: nothing was sent
+            err = self.error(exc, secret)
+            raise StationError(err.message, URI_HINT) from None
         except psycopg.Error as exc:
             raise self.error(exc, secret) from None
         return self._conn

@@ -42,7 +42,7 @@ def read_history(cfg: StationConfig, *, serial: str | None = None, release: str 
                  local: bool = False, env: Mapping[str, str] | None = None) -> History:
     """The attempts matching every filter given; the central history when station.yaml names one
     (unless ``local``), else this station's database. An unreachable central database is the
-    one-line StationError of :class:`Central` (its hint names ``--local``-style fallbacks)."""
+    one-line StationError of :class:`Central`, its hint adding ``--local``."""
     if outcome and outcome not in OUTCOMES:
         raise StationError(f"unknown outcome {outcome!r}", f"one of {', '.join(OUTCOMES)}")
     want = limit + 1 if limit else None
@@ -50,6 +50,9 @@ def read_history(cfg: StationConfig, *, serial: str | None = None, release: str 
         c = Central(cfg.central, env)
         try:
             rows = c.history(serial=serial, release=release, outcome=outcome, station=station, limit=want)
+        except StationError as exc:
+            raise StationError(exc.message, f"{exc.hint}; or pass --local for this station's own history"
+                               if exc.hint else "pass --local for this station's own history") from None
         finally:
             c.close()
         hist = History(rows, "central", cfg.central.describe(), malformed=c.malformed)

@@ -277,7 +277,11 @@ def test_wrong_password_or_unreachable_server_is_one_line(pg, central, release_8
     dead = station_yaml(st, "bench-w", None, records=f"postgresql://x@127.0.0.1:{_closed_port()}/db")
     assert main(["station", "history", "--config", str(dead)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "refused" in err and len(err.splitlines()) == 1
+    assert "refused" in err and "pass --local" in err and len(err.splitlines()) == 1
+    # a URI libpq cannot parse is a station.yaml mistake, not a server to check
+    typo = station_yaml(st, "bench-w", None, records="postgresql://st@[::1/db")
+    assert main(["station", "history", "--config", str(typo)]) == 2
+    assert "fix records: in station.yaml" in capsys.readouterr().err
     # --local still reads this station's own database
     assert main(["station", "history", "--config", str(dead), "--local", "--json"]) == 0
     assert '"0AA94E00"' in capsys.readouterr().out
