@@ -50,7 +50,8 @@ from provisioner.process import pid_alive
 from provisioner.station import edl
 from provisioner.station.config import StationConfig
 from provisioner.station.feed import FeedReceiver
-from provisioner.station.history_reader import RESULTS, HistoryReader, SqliteHistoryReader
+from provisioner.station.history_reader import HistoryReader, SqliteHistoryReader
+from provisioner.station.records import OUTCOMES
 from provisioner.station.tiles import SlotBoard
 
 STATIC = Path(__file__).with_name("dashboard_static")
@@ -216,8 +217,8 @@ class Dashboard:
         for name, value in (("serial", serial), ("release", release)):
             if len(value) > _FIELD_MAX:
                 return _bad(f"{name} is longer than {_FIELD_MAX} characters")
-        if result and result not in RESULTS:
-            return _bad(f"result must be one of {', '.join(RESULTS)}")
+        if result and result not in OUTCOMES:
+            return _bad(f"result must be one of {', '.join(OUTCOMES)}")
         try:
             limit = int(q.get("limit", "200"))
         except ValueError:

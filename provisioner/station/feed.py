@@ -195,8 +195,11 @@ class FeedReceiver:
 
     def __init__(self, database: Path | str) -> None:
         self.dir = feed_dir(database)
+        if not self.dir.parent.is_dir():   # a mistyped --db: never create folders for it
+            raise StationError(f"no such folder {self.dir.parent} for the station database {database}",
+                               "pass the station's --db (or database: in station.yaml)")
         try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.dir.mkdir(mode=0o700, exist_ok=True)
             st = os.stat(self.dir)
         except OSError as exc:
             raise StationError(f"cannot create the live feed folder {self.dir}: {exc.strerror}",

@@ -21,9 +21,7 @@ from provisioner.errors import StationError
 from provisioner.station.central import Central
 from provisioner.station.config import StationConfig
 from provisioner.station.history_reader import HistoryReader, SqliteHistoryReader
-from provisioner.station.records import Records
-
-OUTCOMES = ("passed", "failed", "interrupted", "running")
+from provisioner.station.records import OUTCOMES, Records
 
 
 @dataclass

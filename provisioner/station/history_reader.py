@@ -20,8 +20,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Protocol
 
-#: the outcomes a search may ask for (the ``result`` column's values)
-RESULTS = ("running", "passed", "failed", "interrupted")
 _COLUMNS = ("id, serial, slot, board, release_id, host, pid, started, ended, state, result, error, log_path, tries")
 
 

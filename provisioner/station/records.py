@@ -104,6 +104,8 @@ RUNNING = "running"
 PASSED = "passed"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
+#: every outcome an attempt can have, the one list the history filters and the dashboard check against
+OUTCOMES = (PASSED, FAILED, INTERRUPTED, RUNNING)
 
 #: Columns added after the first release; older databases get them on open.
 _ADDED_COLUMNS = {"qdl_pid": "INTEGER", "qdl_start": "TEXT"}

@@ -222,3 +222,10 @@ def test_odd_requests_get_a_4xx_never_a_crash_and_a_second_loopback_address_answ
     with DashboardServer(station.config, DashboardSettings(bind="127.0.0.2", port=0)) as srv:
         assert srv.url.startswith("http://127.0.0.2:")
         assert _get(srv.url + "api/history")[0] == 200
+
+
+def test_cli_a_mistyped_db_creates_no_folder(tmp_path, capsys):
+    assert main(["station", "dashboard", "--db", str(tmp_path / "typo" / "s.db"), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "no such folder" in err and "--db" in err and "Traceback" not in err
+    assert not (tmp_path / "typo").exists()
