@@ -27,8 +27,9 @@ def _payload(outcome: str, reason: str = "", pull: str = DELTA_PULL) -> dict:
 def test_rolled_back_row_says_why_and_what_was_pulled():
     why = f"update to {C2[:12]} rolled back: smoke:gemma-4-e2b: decode 16.2 tok/s < 25.6"
     row = _row(_payload("rolled back", why),
-               {"event": "host", "host": "a", "task": "edge_llm_update_os : Report the rollback",
-                "action": "ansible.builtin.fail", "status": "failed", "changed": False, "msg": why})
+               {"event": "host", "host": "a", "action": "edge_llm.fleet.ostree", "status": "failed",
+                "task": "edge_llm_update_os : Remove the failed deployment now that the board runs the previous one, "
+                        "and report why", "changed": False, "msg": why})
     assert (row.verdict, row.reason) == ("fail", why)          # no task-name prefix: the message is the why
     assert row.bytes_downloaded == 3 * 1024
     assert row.details["update_os"]["outcome"] == "rolled back"
