@@ -220,9 +220,9 @@ def stage(module, p, state):
                                                        or other.get("phase") == ROLLING_BACK):
         # deploying now would keep only the booted and merge deployments and drop the last good one, and a
         # rollback would then go to a deployment that never passed the gate
-        fail(module, f"unfinished update to {str(other['commit'])[:12]} ({other.get('phase') or STAGED}): rerun "
-                     "update-os with that release first", state,
-             edge_llm=payload("refused", state, commit, reason=f"unfinished update to {str(other['commit'])[:12]}"))
+        why = (f"unfinished update to {str(other['commit'])[:12]} ({other.get('phase') or STAGED}): rerun "
+               "update-os with that release first")
+        fail(module, why, state, edge_llm=payload("refused", state, commit, reason=why))
     earlier = (state["record"].get("rolled_back") or {}).get(commit)
     if earlier is not None and state["booted"] != commit:
         fail(module, f"update to {commit[:12]} was rolled back on this board before ({earlier}); not tried again",
