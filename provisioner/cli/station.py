@@ -319,7 +319,7 @@ def dashboard_cmd(bind: str, port: int, token_file: Path | None, db: Path | None
         who = "Browsers log in with the token. " if token else "This host only. "
         rep.info(f"Read-only. {who}Ctrl-C stops.")
 
-    serve(cfg, settings, on_ready=ready, reader=history_reader(cfg))
+    serve(cfg, settings, on_ready=ready, reader=history_reader(cfg), searcher=history_reader(cfg))
 
 
 def _dashboard_token(token_file: Path | None) -> str | None:

@@ -82,9 +82,13 @@ class Dashboard:
     """The live tiles of one station and the open event streams that watch them."""
 
     def __init__(self, config: StationConfig, reader: HistoryReader | None = None,
-                 slots: list[str] | None = None) -> None:
+                 slots: list[str] | None = None, searcher: HistoryReader | None = None) -> None:
         self.config = config
         self.reader = reader or SqliteHistoryReader(config.database)
+        #: the history searches' own reader and thread: a central database that is slow to answer
+        #: holds up searches only, never the tiles' poll (which uses :attr:`reader` in :attr:`_io`)
+        self.searcher = searcher or SqliteHistoryReader(config.database)
+        self._search_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dashboard-search")
         names = slots if slots is not None else list(dict.fromkeys(config.slots.values()))
         self.board = SlotBoard(names)
         self._version: object = object()
@@ -138,6 +142,10 @@ class Dashboard:
         """Run one blocking reader call in :attr:`_io` (one thread: the reader is never used by two at once)."""
         return await asyncio.get_running_loop().run_in_executor(self._io, func, *args)
 
+    async def _searching(self, func: Callable[..., Any]) -> Any:
+        """Run one :attr:`searcher` call in its own thread (never beside another on that reader)."""
+        return await asyncio.get_running_loop().run_in_executor(self._search_io, func)
+
     # -- lifecycle -------------------------------------------------------------------
     async def start(self, app: web.Application) -> None:
         self._loop = asyncio.get_running_loop()
@@ -182,6 +190,8 @@ class Dashboard:
             self._receiver.close()
         await self._reading(self.reader.close)
         self._io.shutdown(wait=False)
+        self._search_io.submit(self.searcher.close)
+        self._search_io.shutdown(wait=False)
 
     # -- handlers --------------------------------------------------------------------
     async def events(self, request: web.Request) -> web.StreamResponse:
@@ -225,12 +235,12 @@ class Dashboard:
             return _bad("limit must be a whole number")
         if not 1 <= limit <= 1000:
             return _bad("limit must be between 1 and 1000")
-        rows = await self._reading(lambda: self.reader.search(
+        rows = await self._searching(lambda: self.searcher.search(
             serial=serial or None, release=release or None, result=result or None, limit=limit))
         out = [{k: r.get(k) for k in ("id", "station", "serial", "slot", "board", "release_id", "started", "ended",
                                       "state", "result", "error", "tries")}
                | {"log_url": f"/log/{int(r['id'])}" if r.get("log_path") else None} for r in rows]
-        note = getattr(self.reader, "error", None)    # a central history that did not answer
+        note = getattr(self.searcher, "error", None)    # a central history that did not answer
         return web.json_response({"attempts": out, "note": f"{note}; showing this station's attempts" if note
                                   else None}, dumps=lambda o: json.dumps(o, default=str))
 
@@ -357,8 +367,8 @@ class DashboardServer:
     """
 
     def __init__(self, config: StationConfig, settings: DashboardSettings, *,
-                 reader: HistoryReader | None = None) -> None:
-        self.dashboard = Dashboard(config, reader)
+                 reader: HistoryReader | None = None, searcher: HistoryReader | None = None) -> None:
+        self.dashboard = Dashboard(config, reader, searcher=searcher)
         self.settings = settings
         self.app = build_app(self.dashboard, settings)
         self.url = ""
@@ -398,9 +408,13 @@ class DashboardServer:
 
 
 def serve(config: StationConfig, settings: DashboardSettings, *,
-          on_ready: Callable[[str], None] | None = None, reader: HistoryReader | None = None) -> None:
-    """Serve the dashboard until Ctrl-C (KeyboardInterrupt propagates after a clean stop)."""
-    with DashboardServer(config, settings, reader=reader) as srv:
+          on_ready: Callable[[str], None] | None = None, reader: HistoryReader | None = None,
+          searcher: HistoryReader | None = None) -> None:
+    """Serve the dashboard until Ctrl-C (KeyboardInterrupt propagates after a clean stop).
+
+    ``reader`` feeds the tiles and the qdl logs, ``searcher`` (another instance, its own
+    connections) the history search."""
+    with DashboardServer(config, settings, reader=reader, searcher=searcher) as srv:
         if on_ready:
             on_ready(srv.url)
         while True:

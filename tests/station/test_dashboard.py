@@ -229,3 +229,35 @@ def test_cli_a_mistyped_db_creates_no_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no such folder" in err and "--db" in err and "Traceback" not in err
     assert not (tmp_path / "typo").exists()
+
+
+def test_a_search_waiting_on_a_slow_history_holds_up_nothing_else(station):
+    """A central database slow to answer a search (here a searcher that waits) delays that search
+    only: the qdl logs and the tiles' poll keep their own reader and thread."""
+    import threading
+
+    from provisioner.station.history_reader import SqliteHistoryReader
+
+    entered, release = threading.Event(), threading.Event()
+
+    class SlowSearch(SqliteHistoryReader):
+        def search(self, **kw):
+            entered.set()
+            release.wait(30)
+            return super().search(**kw)
+
+    with Records(station.config.database):
+        pass
+    searcher = SlowSearch(station.config.database)
+    with DashboardServer(station.config, DashboardSettings(port=0), searcher=searcher) as srv:
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(_get(srv.url + "api/history")))
+        t.start()
+        try:
+            assert entered.wait(10)
+            assert _get(srv.url + "log/999")[0] == 404     # answered while the search still waits
+            assert not got
+        finally:
+            release.set()
+            t.join(15)
+        assert got and got[0][0] == 200
