@@ -30,8 +30,11 @@ class FakeConsole:
         self._thread.start()
 
     def close(self) -> None:
+        # The thread must be gone before the descriptors are closed: a thread still inside a command
+        # (up to its 5 s timeout) would otherwise write its output and prompt into whatever the next
+        # test opens under the same fd numbers - a virtual board's console, typed as if by the station.
         self._stop.set()
-        self._thread.join(timeout=2)
+        self._thread.join()
         for fd in (self.master, self.slave):
             try:
                 os.close(fd)
@@ -39,6 +42,8 @@ class FakeConsole:
                 pass
 
     def _send(self, data: str | bytes) -> None:
+        if self._stop.is_set():
+            return
         if isinstance(data, str):
             data = data.replace("\n", "\r\n").encode()
         try:
