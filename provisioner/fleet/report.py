@@ -35,18 +35,19 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\0")
 
 
-def terminal_text(value: object, limit: int = 400) -> str:
-    """``value`` as a cell rich prints literally: board text can neither style, link nor drive the terminal.
+def visible_text(value: object, limit: int = 400) -> str:
+    """``value`` with control characters shown as Python escapes (``\\x1b``) and cut at ``limit``: what a
+    table cell shows of board text (:func:`provisioner.ui.table` renders cells as plain text, never markup)."""
+    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+    return text[: limit - 3] + "..." if len(text) > limit else text
 
-    Control characters are shown as Python escapes (``\\x1b``), the text is cut at ``limit``
-    characters, and rich markup is escaped (``rich.markup.escape``), so ``[link=...]`` shows as typed.
-    """
+
+def terminal_text(value: object, limit: int = 400) -> str:
+    """:func:`visible_text` with rich markup escaped (``rich.markup.escape``), for board text inside a line
+    rich prints with markup (a title, a note), so ``[link=...]`` shows as typed."""
     from rich.markup import escape
 
-    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return escape(text)
+    return escape(visible_text(value, limit))
 
 
 def csv_cell(value: Any) -> Any:
@@ -78,13 +79,13 @@ class BoardRow:
     api: dict[str, Any] = field(default_factory=dict)         # model -> streamed TTFT/decode medians (benchmark)
 
     def cells(self) -> list[str]:
-        """The row as terminal table cells: board text escaped by :func:`terminal_text`."""
+        """The row as terminal table cells: board text made visible by :func:`visible_text`."""
         dec = f"{self.decode_tok_s:.1f}" if self.decode_tok_s is not None else "-"
         exp = f">= {self.expected_decode_tok_s:g}" if self.expected_decode_tok_s is not None else "-"
         ttft = f"{self.ttft_s:.3f}" if self.ttft_s is not None else "-"
         cells = [self.board, self.type or "?", self.release or "-", ",".join(self.qairt) or "-", dec, exp, ttft,
                  self.api_cell(), " ".join(self.endpoints.values()) or "-", self.verdict, self.reason]
-        return [terminal_text(c) for c in cells]
+        return [visible_text(c) for c in cells]
 
     def api_figures(self) -> tuple[float | None, float | None]:
         """The slowest model's streamed TTFT and decode tok/s through the API, as a client sees them."""
