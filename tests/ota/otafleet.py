@@ -8,14 +8,17 @@ folder as ``build`` does, and goes into the served repository through ``provisio
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from provisioner.rehearse_ota import image_tree as rehearse_image_tree
 from provisioner.rehearse_ota import keep_board_etc
 from provisioner.sim import host, ostree_board
+from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import SimFleet
 
 BRANCH = "iq-8275-evk"           # OSTREE_BRANCHNAME ?= SOTA_HARDWARE_ID ??= MACHINE (meta-updater sota.bbclass)
@@ -85,6 +88,19 @@ def unfreeze(path: Path) -> None:
     """``chattr -R -i``: ``ostree admin deploy`` makes deployments immutable, so pytest's tmp (and a
     bench's work dir) could never be removed; call at teardown."""
     subprocess.run(["chattr", "-R", "-i", str(path)], check=False, capture_output=True)
+
+
+@contextlib.contextmanager
+def serving(fleet: SimFleet, base: Path, repo: Path) -> Iterator[ArtifactServer]:
+    """``repo`` served over HTTP to a started OTA fleet; at the end the server closes, the boards stop
+    and ``base`` is unfrozen, whatever the test did."""
+    server = ArtifactServer(repo)
+    try:
+        yield server
+    finally:
+        server.close()
+        fleet.stop()
+        unfreeze(base)
 
 
 def deployments(fleet: SimFleet, name: str) -> list[str]:

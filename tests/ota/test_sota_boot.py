@@ -19,7 +19,6 @@ import pytest
 
 from provisioner.errors import SimError
 from provisioner.sim import host, ostree_board
-from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run
 from tests.ota import otafleet as of
 
@@ -69,13 +68,8 @@ def sota(tmp_path_factory):
     of.publish(rel1, repo)
     of.publish(rel2, repo)
     of.make_ota_boards(fleet, repo, c1)
-    server = ArtifactServer(repo)
-    try:
+    with of.serving(fleet, base, repo) as server:
         yield fleet, base, server, c1, c2, rel2
-    finally:
-        server.close()
-        fleet.stop()
-        of.unfreeze(base)
 
 
 def test_the_virtual_sota_board_boots_like_a_qli_one(sota):

@@ -13,7 +13,6 @@ import pytest
 
 from provisioner.errors import SimError
 from provisioner.fleet.api import run_fleet
-from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.ota import otafleet as of
 
@@ -57,13 +56,8 @@ def ota(tmp_path_factory):
     launch = run_fleet("launch", fleet.inventory, limit="good-8275,badnpu-8275", log_path=base / "launch.log")
     assert {r.board: r.verdict for r in launch.rows} == {"good-8275": "pass", "badnpu-8275": "pass"}, \
         [(r.board, r.reason) for r in launch.rows]
-    server = ArtifactServer(repo)
-    try:
+    with of.serving(fleet, base, repo) as server:
         yield fleet, base, server, c1, c2, rel2
-    finally:
-        server.close()
-        fleet.stop()
-        of.unfreeze(base)
 
 
 def test_update_commits_good_board_and_rolls_back_bad_ones(ota):
