@@ -9,7 +9,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_llm_serve.toolcalls import Prepared
 
 # ---------------------------------------------------------------------------------------------
 # Runtime failures
@@ -58,6 +61,11 @@ class Job:
     enqueued: float = field(default_factory=time.monotonic)
     finished: bool = False                     # the handler got its done/error event
     gone: Callable[[], bool] | None = None     # True once the client closed its connection
+    # None without ``tools``; a Prepared with choice "none" for tools given with tool_choice "none".
+    # Prepared.messages keeps the whole conversation (assistant tool_calls, role "tool" results).
+    tools: Prepared | None = None
+    # None, {"type": "json_object"} or {"type": "json_schema", "name", "schema", "strict"} (validation.py)
+    response_format: dict[str, Any] | None = None
 
 
 class Engine:
@@ -66,6 +74,12 @@ class Engine:
     ``cancel`` names the job it means: a caller that decided to cancel just as that generation
     ended must not stop the next one (the check and the cancel happen under the engine's own lock).
     """
+
+    #: what the engine can honour, reported per model by /v1/models: ``tools`` (tool calls),
+    #: ``json_object`` / ``json_schema`` (structured output), ``grammar``, and ``constrained`` (the
+    #: runtime itself constrains decoding, so the service need not retry). Engines override it.
+    capabilities: dict[str, bool] = {"tools": False, "json_object": False, "json_schema": False,
+                                     "grammar": False, "constrained": False}
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
