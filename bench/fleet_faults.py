@@ -28,8 +28,9 @@ from typing import Any  # noqa: E402
 
 import yaml  # noqa: E402
 
-from provisioner import catalog, layout  # noqa: E402
+from provisioner import catalog  # noqa: E402
 from provisioner.artifacts.hashing import sha256_file  # noqa: E402
+from provisioner.contracts import board as on_board  # noqa: E402
 from provisioner.errors import FleetError  # noqa: E402
 from provisioner.fleet import deploy_index, run_fleet  # noqa: E402
 from provisioner.fleet.inventory import group_name  # noqa: E402
@@ -85,11 +86,11 @@ class Fleet:
         return self.boards[board].rootfs_dir / p.lstrip("/")
 
     def current(self, board: str) -> str | None:
-        link = self.path(board, layout.model_current(GEMMA))
+        link = self.path(board, on_board.model_current(GEMMA))
         return os.readlink(link) if link.is_symlink() else None
 
     def committed(self, board: str, version: str) -> bool:
-        return self.path(board, layout.model_version_dir(GEMMA, version) + deploy_index.COMMITTED).is_file()
+        return self.path(board, on_board.model_version_dir(GEMMA, version) + deploy_index.COMMITTED).is_file()
 
     def ssh(self, board: str, *cmd: str) -> str:
         return subprocess.run(host.ssh_argv(self.boards[board], *cmd), capture_output=True, text=True,
@@ -178,7 +179,7 @@ def rerun(fleet: Fleet, art: Server, board: str) -> str:
 def deploy_killed_at_gate(fleet: Fleet, art: Server) -> Row:
     old, v = fleet.current("dep"), add_gemma(art, "gate", n_dispatch_ops=3)
     # the version is in place (call 1 renamed it) and not committed: the gate is running or being judged
-    said = killed_deploy(fleet, art, "dep", lambda: fleet.path("dep", layout.model_version_dir(GEMMA, v)).is_dir())
+    said = killed_deploy(fleet, art, "dep", lambda: fleet.path("dep", on_board.model_version_dir(GEMMA, v)).is_dir())
     lost = "nothing" if fleet.current("dep") == old and not fleet.committed("dep", v) else \
         f"current moved to {fleet.current('dep')} without a commit"
     return lost, f"{said}; current stays {old}", rerun(fleet, art, "dep") + f", committed {fleet.committed('dep', v)}"
@@ -195,7 +196,7 @@ def deploy_killed_after_switch(fleet: Fleet, art: Server) -> Row:
 def uncommitted_current(fleet: Fleet, art: Server) -> Row:
     """The board's state when a controller died between a switch and a commit (a hand switch, an old release)."""
     cur = fleet.current("dep") or ""
-    fleet.path("dep", layout.model_version_dir(GEMMA, cur) + deploy_index.COMMITTED).unlink()
+    fleet.path("dep", on_board.model_version_dir(GEMMA, cur) + deploy_index.COMMITTED).unlink()
     return "nothing", f"current {cur} with no commit mark", rerun(fleet, art, "dep") + \
         f", committed {fleet.committed('dep', cur)}"
 
@@ -206,7 +207,7 @@ def failed_first_install(fleet: Fleet, art: Server) -> Row:
     except FleetError as exc:
         launched = f"launch failed: {str(exc)[:60]}"
     for link in ("current", deploy_index.PREVIOUS):          # the model was never on this board
-        fleet.path("dep", f"{layout.model_dir(GEMMA)}/{link}").unlink(missing_ok=True)
+        fleet.path("dep", f"{on_board.model_dir(GEMMA)}/{link}").unlink(missing_ok=True)
     add_gemma(art, "first", n_dispatch_ops=9, truncate_to=20000)
     unit = f"edge-llm-serve@{GEMMA}.service"
     out = []
@@ -223,13 +224,13 @@ def failed_first_install(fleet: Fleet, art: Server) -> Row:
 
 
 def world_fastrpc(fleet: Fleet, art: Server) -> Row:
-    fleet.ssh("world", "chmod", "0666", layout.FASTRPC_DEVICE)
+    fleet.ssh("world", "chmod", "0666", on_board.FASTRPC_DEVICE)
     report = fleet.root / "verify.json"
     code, *_ = cli("fleet", "verify", "-i", str(fleet.inventory), "--limit", "world", "--report", str(report))
     row = json.loads(report.read_text())["boards"][0]
     bad = [c for c in row["checks"] if not c["ok"]]
     said = f"exit {code}, failed {[c['check'] for c in bad]}: " + "; ".join(c["detail"] for c in bad)[:120]
-    fleet.ssh("world", "chmod", "0660", layout.FASTRPC_DEVICE)
+    fleet.ssh("world", "chmod", "0660", on_board.FASTRPC_DEVICE)
     code2, *_ = cli("fleet", "verify", "-i", str(fleet.inventory), "--limit", "world", "--report", str(report))
     return ("nothing" if code == 1 and [c["check"] for c in bad] == ["fastrpc"] else "accepted", said,
             f"0660 again: exit {code2}")

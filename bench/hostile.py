@@ -64,8 +64,8 @@ from collections.abc import Callable  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from typing import Any  # noqa: E402
 
-from provisioner import layout  # noqa: E402
 from provisioner.artifacts.hashing import sha256_file  # noqa: E402
+from provisioner.contracts import board as on_board  # noqa: E402
 from provisioner.fleet.onboard import SERVE_SCRIPT, serve  # noqa: E402
 from provisioner.ota import TARBALL_PATH  # noqa: E402
 from provisioner.ota.commit import collect  # noqa: E402
@@ -329,7 +329,7 @@ def start_service(work: Path, name: str, **cfg_extra: Any) -> Board:
     token.chmod(0o600)
     cfg = {"model": "gemma-4-e2b", "runtime": "litert_lm", "model_dir": str(mdir),
            "executable": str(work / "bin" / "runtime"),
-           "library": str(cstandins.build(cstandins.LITERT_LM, layout.LITERT_QAIRT)),
+           "library": str(cstandins.build(cstandins.LITERT_LM, on_board.LITERT_QAIRT)),
            "port": free_port(), "bind": "127.0.0.1", "token_file": str(token), "model_file": "m.litertlm",
            "chat_template": "gemma", **cfg_extra}
     cfg_path = work / f"{name}.json"

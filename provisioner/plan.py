@@ -21,8 +21,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from provisioner import catalog, layout, shipped
+from provisioner import catalog, shipped
 from provisioner.artifacts.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, read_sidecar
+from provisioner.contracts import board as on_board
 from provisioner.contracts import pins
 from provisioner.contracts.pins import litert_tarball, model_recipe, qairt_recipe
 from provisioner.errors import RenderError
@@ -85,7 +86,7 @@ class ModelPlan:
                 "qairt": self.qairt, "file": self.file, "uri": self.uri, "sha256": self.sha256, "size": self.size,
                 "soc_model": self.soc_model, "dsp_arch": self.dsp_arch, "facts_from": self.facts_from,
                 "local_path": str(self.local_path) if self.local_path else None,
-                "install_dir": layout.model_version_dir(self.name, self.version)}
+                "install_dir": on_board.model_version_dir(self.name, self.version)}
 
 
 @dataclass(frozen=True)
@@ -140,21 +141,21 @@ class Plan:
             known = self.qairt_checksums[v]
             state = "checksums known" if known.get("sha256") and known.get("license_md5") else \
                 "checksums missing (run `provisioner fetch` first)"
-            out.append(f"QAIRT {v} -> {layout.qairt_dir(v)} ({qairt_recipe(v)}, skel {self.board.hexagon_arch}; "
+            out.append(f"QAIRT {v} -> {on_board.qairt_dir(v)} ({qairt_recipe(v)}, skel {self.board.hexagon_arch}; "
                        f"{state})")
         if self.litert:
             out.append(f"LiteRT-LM {self.litert['rev']} (QAIRT {self.litert['qairt']}) -> "
-                       f"{layout.litert_dir(self.litert['rev'] or layout.LITERT_REV)} from {self.litert['tarball']}"
+                       f"{on_board.litert_dir(self.litert['rev'] or on_board.LITERT_REV)} from {self.litert['tarball']}"
                        + ("" if self.litert.get("sha256") else " (sha256 unknown: run `provisioner litert build`)"))
         if "genie" in self.runtimes:
             out.append("Genie runtime: genie-t2t-run + libGenie.so from " + ", ".join(self.qairt))
         for m in self.models:
             out.append(f"model {m.name} ({m.kind}, QAIRT {m.qairt}, {m.facts_from}) -> "
-                       f"{layout.model_version_dir(m.name, m.version)} ({m.recipe})")
+                       f"{on_board.model_version_dir(m.name, m.version)} ({m.recipe})")
         login = {"disabled": "no root login", "keys-only": f"root with {len(self.ssh_keys)} SSH key(s) only",
                  "debug": "QLI debug login (empty/default root password)"}[self.login_policy]
         out.append(f"{self.variant} image: download_mode={self.download_mode}, memlock {self.memlock}, "
-                   f"{login}, inference user {self.inference_user} in group {layout.FASTRPC_GROUP}")
+                   f"{login}, inference user {self.inference_user} in group {on_board.FASTRPC_GROUP}")
         cache_bits = [k for k in ("hashserve", "sstate_mirrors", "mirrors") if self.cache.get(k)]
         out.append("cache: " + (", ".join(cache_bits) if cache_bits else "local sstate only"))
         out += [f"warning: {w}" for w in self.warnings]
@@ -216,7 +217,7 @@ def _model_plan(m: Model, board: catalog.Board, qairt: tuple[str, ...], *, inspe
     uri += ";name=model;subdir=model"
     if m.kind == "litertlm":
         uri += ";unpack=0"
-    version = layout.model_version_id(m.sha256, _fallback_version(m, size))
+    version = on_board.model_version_id(m.sha256, _fallback_version(m, size))
     return ModelPlan(name=m.name, kind=m.kind, recipe=model_recipe(m.name), version=version,
                      qairt=catalog.normalize_qairt(facts.qairt), file=m.filename, uri=uri, sha256=m.sha256,
                      size=size, soc_model=facts.soc_model, dsp_arch=facts.dsp_arch, facts_from=facts_from,

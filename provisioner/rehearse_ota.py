@@ -29,7 +29,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioner import context, layout
+from provisioner import context
+from provisioner.contracts import board as on_board
 from provisioner.steps import Step
 
 if TYPE_CHECKING:
@@ -233,13 +234,12 @@ def launched(rel: Path) -> bool:
     """What ``fleet launch`` wrote into the board's /etc: its serving instances (units, sockets, drop-ins,
     enablement links) and their configs. That is each board's own (its ports), never an image's: a commit
     built from one launched board would give every board that board's ports."""
-    from provisioner.fleet import service
 
     text = rel.as_posix()
-    if text.startswith(service.SERVE_CONFIG_DIR.lstrip("/") + "/"):
+    if text.startswith(on_board.SERVE_CONFIG_DIR.lstrip("/") + "/"):
         return True
-    unit_dir = layout.SERVE_UNIT_DIR.lstrip("/") + "/"
-    instance = layout.SERVE_UNIT.split("@")[0] + "@"
+    unit_dir = on_board.SERVE_UNIT_DIR.lstrip("/") + "/"
+    instance = on_board.SERVE_UNIT.split("@")[0] + "@"
     return text.startswith(unit_dir) and any(part.startswith(instance) and not part.startswith(instance + ".")
                                              for part in rel.parts)
 

@@ -6,7 +6,7 @@ The rule, checked on every module (``ast``, module- and function-level imports a
   ``image`` (3) -> ``station``/``ota`` (4) -> ``fleet`` (5). A stage never imports a LATER stage: the plan
   cannot depend on how artifacts are fetched, the station not on how the fleet verifies.
 - Shared foundations any module may import: ``contracts`` (the typed hand-over between stages),
-  ``errors``, ``layout`` (on-board paths), ``ui``, ``process``, ``steps``, ``tools``, ``shipped``,
+  ``errors``, ``ui``, ``process``, ``steps``, ``tools``, ``shipped``,
   ``yamlsafe``, ``artifacts.hashing`` (sha256 of a file/tree, used by every stage). Foundations
   import only foundations and ``catalog`` (data, not a stage's logic).
 - ``station`` and ``fleet`` read models, pins and thresholds from the release contract, never from
@@ -35,7 +35,7 @@ import provisioner
 PKG = Path(provisioner.__file__).resolve().parent
 STAGES = {"catalog": 0, "manifest": 0, "plan": 1, "artifacts": 2, "check": 2, "image": 3, "station": 4, "ota": 4,
           "fleet": 5}
-FOUNDATIONS = {"contracts", "context", "errors", "layout", "ui", "process", "steps", "tools", "shipped",
+FOUNDATIONS = {"contracts", "context", "errors", "ui", "process", "steps", "tools", "shipped",
                "yamlsafe", "artifacts.hashing"}
 EDGES = {"cli", "rehearse", "rehearse_ota", "__main__", "__init__"}
 SIM_USERS = {"rehearse", "rehearse_ota", "cli.sim"}

@@ -10,5 +10,7 @@ modules and never each other, so a file's format is defined in exactly one place
 - :mod:`provisioner.contracts.download_mode`: the kernel's spellings of the qcom_scm download_mode
   the fleet reads back from a board, as mode numbers;
 - :mod:`provisioner.contracts.pins`: the LiteRT-LM revision, QAIRT pin, tarball and recipe names
-  the provisioner and the Yocto layer must agree on.
+  the provisioner and the Yocto layer must agree on;
+- :mod:`provisioner.contracts.board`: where things live on a board (the paths the layer installs to
+  and the fleet, station and service use), handed to the layer as its ``EDGE_LLM_*`` path variables.
 """

@@ -7,7 +7,7 @@ Boards PULL from the artifact server (the controller never streams 3-5 GB per bo
 itself). The controller only needs the index: it scans a directory laid out like the server's
 document root, hashes each file once (cached by size and mtime in ``.edge-llm-index.json``), and
 hands the result to the playbook as ``edge_llm_deploy``. :func:`board_install` then picks, per board,
-what its models need and where it goes on the board (:mod:`provisioner.layout`).
+what its models need and where it goes on the board (:mod:`provisioner.contracts.board`).
 
 Server layout::
 
@@ -23,8 +23,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from provisioner import catalog, layout
+from provisioner import catalog
 from provisioner.artifacts.hashing import SHA256_RE, sha256_file
+from provisioner.contracts import board as on_board
 from provisioner.contracts.release import MODEL_KINDS, RUNTIMES
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import atomic_write
@@ -95,9 +96,9 @@ def build_index(root: Path | str, base_url: str) -> dict[str, Any]:
         if (not VERSION_RE.match(version) or version in ("current", PREVIOUS)
                 or version.endswith((".partial", COMMITTED))):
             raise FleetError(f"{mdir}: bad version directory name", "use the sha256 prefix or a plain version")
-        meta = _read_meta(mdir / layout.MODEL_META)
+        meta = _read_meta(mdir / on_board.MODEL_META)
         files = []
-        for f in sorted(p for p in mdir.rglob("*") if p.is_file() and p.name != layout.MODEL_META):
+        for f in sorted(p for p in mdir.rglob("*") if p.is_file() and p.name != on_board.MODEL_META):
             rel = str(f.relative_to(mdir))
             files.append({"name": rel, "url": f"{base}/models/{name}/{version}/{rel}", **hasher.entry(f)})
         if not files:
@@ -107,7 +108,7 @@ def build_index(root: Path | str, base_url: str) -> dict[str, Any]:
         qairt = catalog.normalize_qairt(str(meta.get("qairt") or (info.qairt if info else "")))
         if not catalog.is_qairt_build(qairt):
             raise FleetError(f"{mdir}: unknown QAIRT build for model '{name}'",
-                             f"add {layout.MODEL_META} with \"qairt\": \"<build>\"")
+                             f"add {on_board.MODEL_META} with \"qairt\": \"<build>\"")
         entry = {"name": name, "version": version, "kind": kind,
                  "runtime": meta.get("runtime") or ("litert_lm" if kind == "litertlm" else "genie"),
                  "qairt": qairt, "files": files, "size": sum(f["size"] for f in files)}
@@ -128,7 +129,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
     """
     if not path.is_file():
         return {}
-    hint = (f'write {layout.MODEL_META} as {{"qairt": "<build>", "kind": "litertlm|genie", '
+    hint = (f'write {on_board.MODEL_META} as {{"qairt": "<build>", "kind": "litertlm|genie", '
             '"runtime": "litert_lm|genie"}')
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -215,8 +216,8 @@ def load_index(path: Path | str) -> dict[str, Any]:
 
 def model_paths(name: str) -> dict[str, str]:
     """On-board paths of one model's versions (deploy and rollback both use these)."""
-    mdir = layout.model_dir(name)
-    return {"dir": mdir, "current": layout.model_current(name), "previous": f"{mdir}/{PREVIOUS}",
+    mdir = on_board.model_dir(name)
+    return {"dir": mdir, "current": on_board.model_current(name), "previous": f"{mdir}/{PREVIOUS}",
             "committed_suffix": COMMITTED, "unit": instance_unit(name)}
 
 
@@ -239,18 +240,18 @@ def board_install(index: dict[str, Any], models: list[dict[str, Any]], board_id:
     for q in index.get("qairt") or []:
         if q["version"] in need_qairt:
             trees.append({"kind": "qairt", "name": q["version"], "url": q["url"], "sha256": q["sha256"],
-                          "size": q["size"], "dest": layout.qairt_dir(q["version"]),
+                          "size": q["size"], "dest": on_board.qairt_dir(q["version"]),
                           "staging": f"{staging}/qairt-{q['version']}.tar.gz"})
     missing_q = need_qairt - {t["name"] for t in trees}
     if need_litert:
         for r in index.get("runtimes") or []:
             if r["name"] == "litert_lm":
                 trees.append({"kind": "runtime", "name": r["rev"], "url": r["url"], "sha256": r["sha256"],
-                              "size": r["size"], "dest": layout.litert_dir(r["rev"]),
+                              "size": r["size"], "dest": on_board.litert_dir(r["rev"]),
                               "staging": f"{staging}/litert-lm-{r['rev']}.tar.gz"})
     out_models = []
     for m in picked.values():
-        vdir = layout.model_version_dir(m["name"], m["version"])
+        vdir = on_board.model_version_dir(m["name"], m["version"])
         meta: dict[str, Any] = {"name": m["name"], "kind": m["kind"], "runtime": m["runtime"], "qairt": m["qairt"],
                                 "version": m["version"],
                                 "files": [{"name": f["name"], "size": f["size"], "sha256": f["sha256"]}

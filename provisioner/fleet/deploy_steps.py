@@ -32,7 +32,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import HostVars
 from provisioner.fleet import deploy_index, service, verdict
 from provisioner.fleet.serve_config import smoke_run
@@ -58,7 +58,7 @@ class Serve:
 
     expect: HostVars
     bind: str = "127.0.0.1"
-    port_base: int = layout.SERVE_BASE_PORT
+    port_base: int = on_board.SERVE_BASE_PORT
     health: dict[str, float] = field(default_factory=lambda: {"retries": 30, "delay": 1.0, "timeout": 5.0})
 
 
@@ -162,7 +162,7 @@ def install_args(install: dict[str, Any], expects: dict[str, HostVars], *, healt
             if run is not None:
                 runs[m["name"]] = run
     return {"mode": "install", "trees": install["trees"], "models": models, "runs": runs,
-            "artifact_mark": deploy_index.ARTIFACT_MARK, "meta_name": layout.MODEL_META}
+            "artifact_mark": deploy_index.ARTIFACT_MARK, "meta_name": on_board.MODEL_META}
 
 
 def _commit(path: str, content: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +239,7 @@ def rollback_args(models: list[dict[str, Any]], expects: dict[str, HostVars], *,
         run = _smoke(slotted, paths["previous"]) if health_gate else None
         if run is not None:      # through the link: call 1 and call 2 see the same target
             runs[m["name"]] = run
-    return {"mode": "rollback", "models": out, "runs": runs, "qairt_slot": QAIRT_SLOT, "meta_name": layout.MODEL_META}
+    return {"mode": "rollback", "models": out, "runs": runs, "qairt_slot": QAIRT_SLOT, "meta_name": on_board.MODEL_META}
 
 
 def rollback_expect(expect: HostVars, info: dict[str, Any]) -> HostVars:

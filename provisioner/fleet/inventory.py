@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from provisioner import catalog, layout, shipped, tools
+from provisioner import catalog, shipped, tools
+from provisioner.contracts import board as on_board
 from provisioner.contracts import inventory as contract
 from provisioner.contracts.inventory import atomic_write, dump_inventory, group_name  # noqa: F401 (fleet API)
 from provisioner.errors import FleetError
@@ -49,7 +50,7 @@ def group_vars(board_id: str) -> dict[str, Any]:
     board = catalog.board(board_id)
     return {
         "edge_llm_board": board.id,
-        "edge_llm_board_facts": layout.board_facts(board),
+        "edge_llm_board_facts": on_board.board_facts(board),
         "edge_llm_models": catalog_models(board),
     }
 

@@ -3,7 +3,7 @@
 The board side is a dumb gatherer (the edge_llm.fleet collection's ``verify`` module): it reads the
 files, stats the paths, asks systemctl and runs the smoke inference named in the spec, and returns
 raw JSON in ONE module call. Everything that knows about boards - the on-board paths
-(:mod:`provisioner.layout`), what to look at - is here; what the answers mean is
+(:mod:`provisioner.contracts.board`), what to look at - is here; what the answers mean is
 :mod:`provisioner.fleet.verdict`. That keeps a 50-board verify at one SSH round trip per board and
 keeps the rules testable without a board.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import HostVars
 from provisioner.fleet.serve_config import smoke_run
 
@@ -33,31 +33,31 @@ def probe_spec(expect: HostVars, *, only_model: str | None = None, smoke_only: b
                             "rehash": expect.rehash}
     if not smoke_only:
         spec["read"] = {
-            "soc0_machine": layout.SOC0_MACHINE, "soc_id": layout.SOC0_SOC_ID,
-            "dt_compatible": [layout.DT_COMPATIBLE, DT_BASE + "/compatible"],
-            "dt_model": [layout.DT_MODEL, DT_BASE + "/model"], "os_release": layout.OS_RELEASE,
-            "download_mode": layout.DOWNLOAD_MODE_PARAM,
+            "soc0_machine": on_board.SOC0_MACHINE, "soc_id": on_board.SOC0_SOC_ID,
+            "dt_compatible": [on_board.DT_COMPATIBLE, DT_BASE + "/compatible"],
+            "dt_model": [on_board.DT_MODEL, DT_BASE + "/model"], "os_release": on_board.OS_RELEASE,
+            "download_mode": on_board.DOWNLOAD_MODE_PARAM,
             "limits_conf": LIMITS_CONF,
         }
         spec["read_dir"] = {"limits_d": LIMITS_D}
-        spec["stat"] = {"fastrpc_device": layout.FASTRPC_DEVICE, "fastrpc_lib": layout.FASTRPC_LIB}
-        spec["units_active"] = {"cdsprpcd": layout.FASTRPC_SERVICE}
-        spec["group_members"] = [layout.FASTRPC_GROUP]
+        spec["stat"] = {"fastrpc_device": on_board.FASTRPC_DEVICE, "fastrpc_lib": on_board.FASTRPC_LIB}
+        spec["units_active"] = {"cdsprpcd": on_board.FASTRPC_SERVICE}
+        spec["group_members"] = [on_board.FASTRPC_GROUP]
         for m in models:
             genie = m.runtime == "genie"
-            spec["exists"][f"qairt:{m.name}"] = [layout.qairt_dir(m.qairt)] + layout.qairt_files(b, m.qairt, genie)
+            spec["exists"][f"qairt:{m.name}"] = [on_board.qairt_dir(m.qairt)] + on_board.qairt_files(b, m.qairt, genie)
             if m.runtime == "litert_lm":
-                spec["exists"][f"runtime:{m.name}"] = [f"{layout.litert_dir()}/{f}" for f in layout.LITERT_FILES]
-            host = layout.qairt_host_lib_dir(b, m.qairt)
-            skel = f"{layout.qairt_skel_dir(b, m.qairt)}/{b.skel_lib}"
-            spec["qairt"][m.name] = {"root": layout.QAIRT_ROOT, "marker": f"{layout.qairt_dir(m.qairt)}/sdk.yaml",
+                spec["exists"][f"runtime:{m.name}"] = [f"{on_board.litert_dir()}/{f}" for f in on_board.LITERT_FILES]
+            host = on_board.qairt_host_lib_dir(b, m.qairt)
+            skel = f"{on_board.qairt_skel_dir(b, m.qairt)}/{b.skel_lib}"
+            spec["qairt"][m.name] = {"root": on_board.QAIRT_ROOT, "marker": f"{on_board.qairt_dir(m.qairt)}/sdk.yaml",
                                      "libs": [f"{host}/libQnnHtp.so", skel]}
-            unit = layout.SERVE_UNIT.replace("@.", f"@{m.name}.")
+            unit = on_board.SERVE_UNIT.replace("@.", f"@{m.name}.")
             spec["units_show"][f"memlock:{m.name}"] = [unit, "LimitMEMLOCK"]
     for m in models:
-        mdir = overrides.get(m.name, layout.model_current(m.name))
+        mdir = overrides.get(m.name, on_board.model_current(m.name))
         if not smoke_only:
-            spec["models"][m.name] = {"dir": mdir, "meta": layout.MODEL_META,
+            spec["models"][m.name] = {"dir": mdir, "meta": on_board.MODEL_META,
                                       "json": ["htp_backend_ext_config.json"] if m.runtime == "genie" else [],
                                       "hash": True}
         if expect.smoke:

@@ -12,13 +12,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import ModelVars
 from provisioner.errors import FleetError
 from provisioner.fleet.onboard import serve
 
 SMOKE_TIMEOUT_S = 300
-TOKEN_FILE = f"{layout.ETC_DIR}/serve/api-token"     # the board's bearer token (service user, 0600)
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # The controller's copy of each board's token: <inventory dir>/.edge-llm-tokens/<host>, 0600 in a 0700
 # dir (the launch role's edge_llm_serve_token_dir default says the same; ansible.builtin.password writes it).
@@ -81,8 +81,8 @@ def controller_token(inventory: Path, host: str) -> str | None:
 
 
 def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind: str = "127.0.0.1",
-                 model_dir: str | None = None, port_base: int = layout.SERVE_BASE_PORT,
-                 token_file: str | None = TOKEN_FILE) -> dict[str, Any]:
+                 model_dir: str | None = None, port_base: int = on_board.SERVE_BASE_PORT,
+                 token_file: str | None = on_board.TOKEN_FILE) -> dict[str, Any]:
     """The JSON config edge-llm-serve reads for ``model`` (executable, model dir, env, port, token file).
 
     ``token_file`` None means no bearer token; then only a loopback bind is allowed (the service
@@ -90,15 +90,15 @@ def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind
     """
     if token_file is None and bind not in LOOPBACK:
         raise ValueError(f"bind {bind} is not loopback and there is no token file: a LAN bind needs a bearer token")
-    env = layout.run_env(board, model.runtime, model.qairt)
+    env = on_board.run_env(board, model.runtime, model.qairt)
     if model.runtime == "litert_lm":
-        exe = f"{layout.litert_dir()}/bin/litert_lm_main"
+        exe = f"{on_board.litert_dir()}/bin/litert_lm_main"
     else:
-        exe = f"{layout.qairt_bin_dir(model.qairt)}/genie-t2t-run"
+        exe = f"{on_board.qairt_bin_dir(model.qairt)}/genie-t2t-run"
     cfg: dict[str, Any] = {
         "model": model.name,
         "runtime": model.runtime,
-        "model_dir": model_dir or layout.model_current(model.name),
+        "model_dir": model_dir or on_board.model_current(model.name),
         "executable": exe,
         "chat_template": model.chat_template if model.chat_template in serve.TEMPLATES else "plain",
         "bind": bind,
@@ -126,7 +126,7 @@ def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind
 
 
 WORK = "{work}"          # stands for the smoke run's fresh temp dir on the board (the probe fills it in)
-# The NPU dispatch library litert_lm_main must find (layout.LITERT_FILES, in the runtime's lib/).
+# The NPU dispatch library litert_lm_main must find (on_board.LITERT_FILES, in the runtime's lib/).
 DISPATCH_LIB = "lib/libLiteRtDispatch_Qualcomm.so"
 
 
@@ -144,7 +144,7 @@ def litert_run_links(cfg: dict[str, Any], run_dir: str = WORK) -> tuple[dict[str
     """
     name = posixpath.basename(cfg["model_file"])
     links = {f"{run_dir}/{name}": f"{cfg['model_dir']}/{cfg['model_file']}",
-             f"{run_dir}/{posixpath.basename(DISPATCH_LIB)}": f"{layout.litert_dir()}/{DISPATCH_LIB}"}
+             f"{run_dir}/{posixpath.basename(DISPATCH_LIB)}": f"{on_board.litert_dir()}/{DISPATCH_LIB}"}
     return {**cfg, "model_dir": run_dir, "model_file": name}, links
 
 

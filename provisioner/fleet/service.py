@@ -3,7 +3,7 @@
 One source for the unit text: the launch playbook writes :func:`unit_text`, and the layer's
 recipe ships ``files/edge-llm-serve@.service`` which a test keeps identical (with the user
 substituted). The per-model drop-in carries what differs per model: the model's QAIRT in
-LD_LIBRARY_PATH/ADSP_LIBRARY_PATH (:func:`provisioner.layout.run_env`) and LimitMEMLOCK=infinity
+LD_LIBRARY_PATH/ADSP_LIBRARY_PATH (:func:`provisioner.contracts.board.run_env`) and LimitMEMLOCK=infinity
 again (limits.conf never applies to services: systemd.exec(5), LimitMEMLOCK=; QLI's default is 8 MB).
 """
 
@@ -14,12 +14,12 @@ import ipaddress
 import json
 from typing import Any
 
-from provisioner import layout, shipped
+from provisioner import shipped
+from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import HostVars
 from provisioner.fleet.onboard import SERVE_SCRIPT, program_bytes, serve
-from provisioner.fleet.serve_config import TOKEN_FILE, serve_config
+from provisioner.fleet.serve_config import serve_config
 
-SERVE_CONFIG_DIR = f"{layout.ETC_DIR}/serve"
 DROPIN_NAME = "50-edge-llm-model.conf"
 USER_PLACEHOLDER = "@EDGE_LLM_INFERENCE_USER@"
 
@@ -29,14 +29,14 @@ def unit_text(user: str = "llm") -> str:
     return (
         "[Unit]\n"
         "Description=edge-llm inference service for %i\n"
-        f"After=network-online.target {layout.FASTRPC_SERVICE}\n"
+        f"After=network-online.target {on_board.FASTRPC_SERVICE}\n"
         "Wants=network-online.target\n"
         "\n"
         "[Service]\n"
         "Type=simple\n"
         f"User={user}\n"
-        f"SupplementaryGroups={layout.FASTRPC_GROUP}\n"
-        f"ExecStart={layout.SERVE_BIN} serve --config {SERVE_CONFIG_DIR}/%i.json\n"
+        f"SupplementaryGroups={on_board.FASTRPC_GROUP}\n"
+        f"ExecStart={on_board.SERVE_BIN} serve --config {on_board.SERVE_CONFIG_DIR}/%i.json\n"
         "# FastRPC pins ~1.17 GB of weights; limits.conf does not apply to services (systemd.exec(5))\n"
         "LimitMEMLOCK=infinity\n"
         "Restart=on-failure\n"
@@ -51,7 +51,7 @@ def unit_text(user: str = "llm") -> str:
 
 
 def instance_unit(model: str) -> str:
-    return layout.SERVE_UNIT.replace("@.", f"@{model}.")
+    return on_board.SERVE_UNIT.replace("@.", f"@{model}.")
 
 
 def instance_socket(model: str) -> str:
@@ -91,8 +91,8 @@ def dropin_text(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.SERVE_BASE_PORT,
-          token_file: str | None = TOKEN_FILE) -> dict[str, Any]:
+def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = on_board.SERVE_BASE_PORT,
+          token_file: str | None = on_board.TOKEN_FILE) -> dict[str, Any]:
     """Everything launch.yml writes for a board: the program, unit, token path, per model config + drop-in."""
     instances = []
     for i, m in enumerate(expect.models):
@@ -100,18 +100,18 @@ def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = layout.
         unit = instance_unit(m.name)
         instances.append({
             "model": m.name, "unit": unit, "port": cfg["port"], "bind": bind,
-            "socket": instance_socket(m.name), "socket_path": f"{layout.SERVE_UNIT_DIR}/{instance_socket(m.name)}",
+            "socket": instance_socket(m.name), "socket_path": f"{on_board.SERVE_UNIT_DIR}/{instance_socket(m.name)}",
             "socket_text": socket_text(m.name, bind, cfg["port"]),
-            "config_path": f"{SERVE_CONFIG_DIR}/{m.name}.json", "config": cfg,
-            "dropin_dir": f"{layout.SERVE_UNIT_DIR}/{unit}.d",
-            "dropin_path": f"{layout.SERVE_UNIT_DIR}/{unit}.d/{DROPIN_NAME}",
+            "config_path": f"{on_board.SERVE_CONFIG_DIR}/{m.name}.json", "config": cfg,
+            "dropin_dir": f"{on_board.SERVE_UNIT_DIR}/{unit}.d",
+            "dropin_path": f"{on_board.SERVE_UNIT_DIR}/{unit}.d/{DROPIN_NAME}",
             "dropin": dropin_text(cfg["env"]),
             "health_url": health_url(bind, cfg["port"]),
-            "qairt": m.qairt, "meta_path": f"{layout.model_current(m.name)}/{layout.MODEL_META}",
+            "qairt": m.qairt, "meta_path": f"{on_board.model_current(m.name)}/{on_board.MODEL_META}",
         })
-    return {"script_dest": layout.SERVE_BIN,
-            "unit_path": f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", "unit_text": unit_text(expect.serve_user),
-            "config_dir": SERVE_CONFIG_DIR, "token_file": token_file, "instances": instances}
+    return {"script_dest": on_board.SERVE_BIN,
+            "unit_path": f"{on_board.SERVE_UNIT_DIR}/{on_board.SERVE_UNIT}", "unit_text": unit_text(expect.serve_user),
+            "config_dir": on_board.SERVE_CONFIG_DIR, "token_file": token_file, "instances": instances}
 
 
 def health_url(bind: str, port: int) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import HostVars
 from provisioner.fleet import probe as fleet_probe
 from provisioner.fleet import service, verdict
@@ -62,7 +63,7 @@ def gate_spec(expect: HostVars) -> dict[str, Any]:
     spec = fleet_probe.probe_spec(expect)
     for inst_model in (m.name for m in expect.models):
         spec["units_show"][_enabled_key(inst_model)] = [service.instance_unit(inst_model), ENABLED_PROPERTY]
-        spec["read"][_config_key(inst_model)] = f"{service.SERVE_CONFIG_DIR}/{inst_model}.json"
+        spec["read"][_config_key(inst_model)] = f"{on_board.SERVE_CONFIG_DIR}/{inst_model}.json"
     return spec
 
 

@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.contracts import download_mode
 from provisioner.contracts.inventory import FactoryBaseline, HostVars, ModelVars
 from provisioner.fleet.diagnosis import DIAGNOSES, diagnose_log
@@ -153,32 +154,32 @@ def _fastrpc_checks(probe: dict[str, Any], user: str) -> list[Check]:
     lib = stats.get("fastrpc_lib") or {}
     out: list[Check] = []
     if not dev.get("exists"):
-        out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} missing", "fastrpc-missing"))
+        out.append(Check("fastrpc", False, f"{on_board.FASTRPC_DEVICE} missing", "fastrpc-missing"))
     else:
         mode = _mode(dev) & 0o7777
         have = f"{dev.get('owner')}:{dev.get('group')} {mode:04o}"
-        want = f"{layout.FASTRPC_OWNER}:{layout.FASTRPC_GROUP} {layout.FASTRPC_MODE:04o}"
+        want = f"{on_board.FASTRPC_OWNER}:{on_board.FASTRPC_GROUP} {on_board.FASTRPC_MODE:04o}"
         if mode & 0o007:
-            out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} is {have}: world-accessible, any local "
+            out.append(Check("fastrpc", False, f"{on_board.FASTRPC_DEVICE} is {have}: world-accessible, any local "
                                                f"user can drive the cDSP (want {want})", "fastrpc-perms"))
-        elif (dev.get("owner"), dev.get("group"), mode) != (layout.FASTRPC_OWNER, layout.FASTRPC_GROUP,
-                                                             layout.FASTRPC_MODE):
-            out.append(Check("fastrpc", False, f"{layout.FASTRPC_DEVICE} is {have} (want {want})", "fastrpc-perms"))
+        elif (dev.get("owner"), dev.get("group"), mode) != (on_board.FASTRPC_OWNER, on_board.FASTRPC_GROUP,
+                                                             on_board.FASTRPC_MODE):
+            out.append(Check("fastrpc", False, f"{on_board.FASTRPC_DEVICE} is {have} (want {want})", "fastrpc-perms"))
         else:
-            group = (probe.get("groups") or {}).get(layout.FASTRPC_GROUP) or {}
+            group = (probe.get("groups") or {}).get(on_board.FASTRPC_GROUP) or {}
             if not group.get("exists", True):
-                out.append(Check("fastrpc", False, f"group {layout.FASTRPC_GROUP} missing", "fastrpc-perms"))
+                out.append(Check("fastrpc", False, f"group {on_board.FASTRPC_GROUP} missing", "fastrpc-perms"))
             elif user and user != "root" and user not in (group.get("members") or []):
-                out.append(Check("fastrpc", False, f"inference user '{user}' is not in group {layout.FASTRPC_GROUP} "
+                out.append(Check("fastrpc", False, f"inference user '{user}' is not in group {on_board.FASTRPC_GROUP} "
                                                    f"(members: {', '.join(group.get('members') or []) or 'none'})",
                                  "fastrpc-group"))
     if not lib.get("exists"):
-        out.append(Check("fastrpc", False, f"{layout.FASTRPC_LIB} missing", "fastrpc-missing"))
+        out.append(Check("fastrpc", False, f"{on_board.FASTRPC_LIB} missing", "fastrpc-missing"))
     active = (probe.get("units_active") or {}).get("cdsprpcd")
     if active != "active":
-        out.append(Check("fastrpc", False, f"{layout.FASTRPC_SERVICE} is {active or 'unknown'}", "cdsprpcd"))
+        out.append(Check("fastrpc", False, f"{on_board.FASTRPC_SERVICE} is {active or 'unknown'}", "cdsprpcd"))
     if not out:
-        out.append(Check("fastrpc", True, f"{layout.FASTRPC_DEVICE} {dev.get('owner')}:{dev.get('group')} "
+        out.append(Check("fastrpc", True, f"{on_board.FASTRPC_DEVICE} {dev.get('owner')}:{dev.get('group')} "
                                           f"{_mode(dev) & 0o7777:04o}, "
                                           f"libcdsprpc.so, cdsprpcd active"))
     return out
@@ -253,7 +254,7 @@ def _download_mode_check(expect: HostVars, probe: dict[str, Any]) -> list[Check]
     if expect.download_mode is None:
         return [Check("download-mode", True, f"download_mode={shown} (no policy)")]
     if shown is None:
-        return [Check("download-mode", False, f"{layout.DOWNLOAD_MODE_PARAM} not readable", "download-mode")]
+        return [Check("download-mode", False, f"{on_board.DOWNLOAD_MODE_PARAM} not readable", "download-mode")]
     value = download_mode.mode(shown)
     policy = download_mode.describe(expect.download_mode)
     if value is None:
@@ -273,7 +274,7 @@ def _model_checks(expect: HostVars, m: ModelVars, probe: dict[str, Any]) -> list
     q = (probe.get("qairt") or {}).get(m.name) or {}
     on_board_qairt = catalog.normalize_qairt(str(meta.get("qairt"))) if meta.get("qairt") else None
     wrong_libs = {os.path.basename(p): v for p, v in (q.get("lib_builds") or {}).items() if v and v != m.qairt}
-    if layout.qairt_dir(m.qairt) in missing:
+    if on_board.qairt_dir(m.qairt) in missing:
         others = ", ".join(q.get("installed") or []) or "none"
         out.append(Check(f"qairt:{m.name}", False, f"QAIRT {m.qairt} not installed (found: {others})",
                          "qairt-missing"))
@@ -282,10 +283,10 @@ def _model_checks(expect: HostVars, m: ModelVars, probe: dict[str, Any]) -> list
                          "qairt-missing"))
     elif wrong_libs:
         lib, ver = next(iter(wrong_libs.items()))
-        out.append(Check(f"qairt:{m.name}", False, f"{layout.qairt_dir(m.qairt)}: {lib} is from QAIRT {ver}, "
+        out.append(Check(f"qairt:{m.name}", False, f"{on_board.qairt_dir(m.qairt)}: {lib} is from QAIRT {ver}, "
                                                    f"the model needs {m.qairt}", "qairt-mismatch"))
     elif q.get("marker") and catalog.normalize_qairt(q["marker"]) != m.qairt:
-        out.append(Check(f"qairt:{m.name}", False, f"{layout.qairt_dir(m.qairt)} holds QAIRT {q['marker']}",
+        out.append(Check(f"qairt:{m.name}", False, f"{on_board.qairt_dir(m.qairt)} holds QAIRT {q['marker']}",
                          "qairt-mismatch"))
     elif on_board_qairt and on_board_qairt != m.qairt:
         out.append(Check(f"qairt:{m.name}", False, f"model on board was built for QAIRT {on_board_qairt}, "
@@ -304,7 +305,7 @@ def _model_checks(expect: HostVars, m: ModelVars, probe: dict[str, Any]) -> list
 def _model_file_checks(m: ModelVars, info: dict[str, Any]) -> list[Check]:
     name = f"model:{m.name}"
     if not info or not info.get("exists"):
-        return [Check(name, False, f"{layout.model_current(m.name)} missing", "model-missing")]
+        return [Check(name, False, f"{on_board.model_current(m.name)} missing", "model-missing")]
     meta = info.get("meta") or {}
     files = info.get("files") or {}
     if not files:

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import context, layout, shipped
+from provisioner import context, shipped
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts import board as on_board
 from provisioner.contracts import pins
 from provisioner.errors import BuildError
 from provisioner.steps import Step, StepEvent, StepRunner
@@ -65,7 +66,7 @@ OUTPUTS = {
     "lib/libLiteRtDispatch_Qualcomm.so": ["external/litert/litert/vendors/qualcomm/dispatch/"
                                           "libLiteRtDispatch_Qualcomm.so"],
     "lib/libLiteRt.so": ["external/litert/litert/c/libLiteRt.so", "runtime/engine/libLiteRt.so"],
-    layout.LITERT_CAPI_LIB: ["python/litert_lm/litert-lm"],
+    on_board.LITERT_CAPI_LIB: ["python/litert_lm/litert-lm"],
 }
 
 
@@ -418,7 +419,7 @@ class LitertBuild:
                  what=f"apply {p3.name} in $(bazel info output_base)/external/litert"),
             Command("build", argv=[bazel, "build", "--nofetch", "-c", "opt", *self.bazel_flags, *self.targets],
                     cwd=src),
-            Command("collect", fn=self._collect, what=f"collect the {len(layout.LITERT_FILES)} files, check aarch64 "
+            Command("collect", fn=self._collect, what=f"collect the {len(on_board.LITERT_FILES)} files, check aarch64 "
                  "ELF (readelf -h, file), "
                  f"write {o.out / tarball_name(o.rev, o.qairt)} + .sha256"),
         ]

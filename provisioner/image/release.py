@@ -19,8 +19,9 @@ from typing import Any
 
 import yaml
 
-from provisioner import catalog, layout
+from provisioner import catalog
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts import board as on_board
 from provisioner.contracts.release import (  # noqa: F401 - re-exported for the image stage's callers
     FORMAT,
     RELEASE_JSON,
@@ -83,7 +84,7 @@ def _model_entries(manifest: Any) -> list[dict[str, Any]]:
             name=m.name, kind=m.kind, runtime=m.runtime, qairt=m.qairt,
             chat_template=m.chat_template or (info.chat_template if info else "plain"),
             file=m.filename if m.kind == "litertlm" else None, sha256=sha, size=size,
-            version=layout.model_version_id(sha, manifest.release),
+            version=on_board.model_version_id(sha, manifest.release),
             # the verify floors travel with the release, so station and fleet never read the manifest
             min_decode_tok_s=manifest.min_decode_tok_s(m), max_ttft_s=manifest.max_ttft_s(m),
         ).as_dict())

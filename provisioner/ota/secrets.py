@@ -5,7 +5,7 @@ API token or an SSH private key baked into the image goes to them too. Before ``
 commit it looks, by name and by content, for:
 
 - the edge-llm API token at the path the service reads it from (``token_file`` in edge-llm-serve,
-  ``fleet.serve_config.TOKEN_FILE``), under ``/etc`` or ``/usr/etc`` (meta-updater's
+  ``contracts.board.TOKEN_FILE``), under ``/etc`` or ``/usr/etc`` (meta-updater's
   image_types_ostree.bbclass moves ``etc`` to ``usr/etc``), and the controller's copies
   (``.edge-llm-tokens/<host>``);
 - SSH private keys: OpenSSH's default file names (``id_rsa``, ``id_ed25519``..., ``ssh(1)`` FILES;
@@ -24,11 +24,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.ota import ostree
 
-#: the service's bearer token (edge-llm-serve's default token_file; the fleet's serve_config.TOKEN_FILE)
-TOKEN_FILES = (f"{layout.ETC_DIR}/serve/api-token",)
+#: the service's bearer token (edge-llm-serve's default token_file)
+TOKEN_FILES = (on_board.TOKEN_FILE,)
 #: the folder next to the inventory where ``fleet launch`` keeps each board's token (serve_config.TOKEN_DIR_NAME)
 CONTROLLER_TOKEN_DIR = ".edge-llm-tokens"
 SSH_KEY_NAME = re.compile(r"^(?:id_(?:rsa|dsa|ecdsa|ecdsa_sk|ed25519|ed25519_sk|xmss)|ssh_host_(?:[a-z0-9]+_)?key)$")

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.sim import real_litert, runtime
 from provisioner.sim.board import VirtualBoard, host_dir
 
@@ -69,10 +70,10 @@ def apply_faults(board: VirtualBoard) -> list[str]:
         if fault not in STATEFUL_FAULTS or fault in done:
             continue
         if fault == "memlock":
-            for rel in (layout.LIMITS_FILE, layout.SYSTEMD_MEMLOCK_DROPIN):
+            for rel in (on_board.LIMITS_FILE, on_board.SYSTEMD_MEMLOCK_DROPIN):
                 _rootfs_path(r, rel).unlink(missing_ok=True)
-            unit_dir = _rootfs_path(r, layout.SERVE_UNIT_DIR)
-            for f in [unit_dir / layout.SERVE_UNIT, *unit_dir.glob(layout.SERVE_UNIT + ".d/*.conf")]:
+            unit_dir = _rootfs_path(r, on_board.SERVE_UNIT_DIR)
+            for f in [unit_dir / on_board.SERVE_UNIT, *unit_dir.glob(on_board.SERVE_UNIT + ".d/*.conf")]:
                 if f.is_file():
                     text = f.read_text()
                     f.write_text("".join(ln for ln in text.splitlines(True) if not ln.startswith("LimitMEMLOCK")))
@@ -82,20 +83,20 @@ def apply_faults(board: VirtualBoard) -> list[str]:
                 out = []
                 for ln in g.read_text().splitlines():
                     parts = ln.split(":")
-                    if len(parts) == 4 and parts[0] == layout.FASTRPC_GROUP:
+                    if len(parts) == 4 and parts[0] == on_board.FASTRPC_GROUP:
                         parts[3] = ""
                     out.append(":".join(parts))
                 g.write_text("\n".join(out) + "\n")
         elif fault == "qairt-mismatch":
             system = system_qairt()
-            qroot = _rootfs_path(r, layout.QAIRT_ROOT)
+            qroot = _rootfs_path(r, on_board.QAIRT_ROOT)
             libs = [*qroot.glob("*/lib/aarch64-*/*.so"), *qroot.glob("*/lib/hexagon-*/unsigned/*.so")] \
                 if qroot.is_dir() else []
             for lib in libs:
                 if lib.is_file() and lib.name.startswith(("libQnn", "libGenie")):
                     lib.write_bytes(runtime.stub_library(lib.name, system))
         elif fault == "truncated-model":
-            mroot = _rootfs_path(r, layout.MODELS_ROOT)
+            mroot = _rootfs_path(r, on_board.MODELS_ROOT)
             for f in mroot.glob("*/*/*") if mroot.is_dir() else []:
                 if f.parent.is_symlink():          # `current` points at a version dir already handled
                     continue
@@ -104,7 +105,7 @@ def apply_faults(board: VirtualBoard) -> list[str]:
                     with open(f, "r+b") as fh:
                         fh.truncate(max(1, size * 6 // 10))
         elif fault == "wrong-soc-model":
-            mroot = _rootfs_path(r, layout.MODELS_ROOT)
+            mroot = _rootfs_path(r, on_board.MODELS_ROOT)
             for f in mroot.glob("*/*/htp_backend_ext_config.json") if mroot.is_dir() else []:
                 if f.parent.is_symlink():
                     continue

@@ -5,7 +5,7 @@ flash package (``<image>-<machine>/`` with rawprogram0-5.xml / patch0-5.xml carr
 attribute qdl reads, GPT images whose backup copy sits at ``NUM_DISK_SECTORS-5.``, DISK patches,
 contents.xml naming the chip, a firehose programmer, boot firmware and an ext4 ``rootfs.img``)
 and with the *content* a meta-edge-llm image installs, at the paths of
-:mod:`provisioner.layout`. Everything is small (a few MB) so flashing a virtual board is fast.
+:mod:`provisioner.contracts.board`. Everything is small (a few MB) so flashing a virtual board is fast.
 
 The rootfs is a real ext4 file system made with ``mkfs.ext4 -d``; booting a virtual board
 extracts it with ``debugfs -R "rdump / <dir>"``, so what the fleet later verifies over SSH is
@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from provisioner import catalog, layout, shipped
+from provisioner import catalog, shipped
+from provisioner.contracts import board as on_board
 from provisioner.errors import SimError
 
 DEFAULT_IMAGE = "edge-llm-image"
@@ -298,69 +299,69 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
     image = manifest.image
     user = image.inference_user
     rel = catalog.release(manifest.qli)
-    _write(tree, layout.OS_RELEASE, os_release_text(kas_local_conf(kas_files, manifest.release)))
+    _write(tree, on_board.OS_RELEASE, os_release_text(kas_local_conf(kas_files, manifest.release)))
     _write(tree, "/etc/issue", "Qualcomm Linux 2.0 \\n \\l\n\n")
-    _write(tree, layout.ISSUE_SNIPPET, layout.ISSUE_TEXT)
+    _write(tree, on_board.ISSUE_SNIPPET, on_board.ISSUE_TEXT)
     # edge-llm-identity (the layer's script; the virtual board emulates what it writes at boot) and
     # the issue.d link to its output; no host key: the board makes its own at first boot
     identity = shipped.layer_dir() / "recipes-core" / "edge-llm-identity" / "files" / "edge-llm-identity"
-    _write(tree, layout.IDENTITY_SCRIPT, identity.read_text(encoding="utf-8"), 0o755)
-    link = tree / layout.IDENTITY_ISSUE.lstrip("/")
+    _write(tree, on_board.IDENTITY_SCRIPT, identity.read_text(encoding="utf-8"), 0o755)
+    link = tree / on_board.IDENTITY_ISSUE.lstrip("/")
     link.parent.mkdir(parents=True, exist_ok=True)
     link.unlink(missing_ok=True)
-    link.symlink_to(layout.IDENTITY_RUN_FILE)
+    link.symlink_to(on_board.IDENTITY_RUN_FILE)
     # production: root's password field is '*' (no password matches; SSH keys still work)
     root_pw = "$6$qli$default" if image.root_login == "debug" else "*"
     _write(tree, "/etc/shadow", f"root:{root_pw}:19000:0:99999:7:::\n", 0o600)
     _write(tree, "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
            "sshd:x:995:995::/var/run/sshd:/bin/false\n"
-           f"{layout.FASTRPC_OWNER}:x:990:990::/nonexistent:/bin/false\n"     # fastrpc's sysusers.d user
+           f"{on_board.FASTRPC_OWNER}:x:990:990::/nonexistent:/bin/false\n"     # fastrpc's sysusers.d user
            f"{user}:x:1000:1000::/home/{user}:/bin/sh\n")
     _write(tree, "/etc/group", "root:x:0:\nvideo:x:44:\n"
-           f"{layout.FASTRPC_GROUP}:x:990:{user}\n{user}:x:1000:\n")
+           f"{on_board.FASTRPC_GROUP}:x:990:{user}\n{user}:x:1000:\n")
     (tree / "home" / user).mkdir(parents=True, exist_ok=True)
     os.chown(tree / "home" / user, 1000, 1000)     # mkfs.ext4 -d keeps owners: the image's llm owns its home
     download_mode = int(image.download_mode)
     _write(tree, CMDLINE_FILE, "root=PARTLABEL=rootfs rw rootwait console=ttyMSM0,115200n8 earlycon "
            f"pcie_pme=nomsi kernel.sched_pelt_multiplier=4 qcom_scm.download_mode={download_mode}\n")
     limits, dropin = _memlock_lines(image.memlock)
-    _write(tree, layout.LIMITS_FILE, limits)
-    _write(tree, layout.SYSTEMD_MEMLOCK_DROPIN, dropin)
-    _write(tree, layout.FASTRPC_LIB, fake_elf("libcdsprpc.so fastrpc 1.0.6", 2048), 0o755)
-    _write(tree, f"/usr/lib/systemd/system/{layout.FASTRPC_SERVICE}",
+    _write(tree, on_board.LIMITS_FILE, limits)
+    _write(tree, on_board.SYSTEMD_MEMLOCK_DROPIN, dropin)
+    _write(tree, on_board.FASTRPC_LIB, fake_elf("libcdsprpc.so fastrpc 1.0.6", 2048), 0o755)
+    _write(tree, f"/usr/lib/systemd/system/{on_board.FASTRPC_SERVICE}",
            "[Unit]\nDescription=cDSP RPC daemon\n\n[Service]\nExecStart=/usr/bin/cdsprpcd\n"
            "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n")
     _write(tree, "/usr/lib/udev/rules.d/60-fastrpc.rules",
-           f'KERNEL=="fastrpc-*", OWNER="{layout.FASTRPC_OWNER}", GROUP="{layout.FASTRPC_GROUP}", '
-           f'MODE="{layout.FASTRPC_MODE:04o}"\n')
+           f'KERNEL=="fastrpc-*", OWNER="{on_board.FASTRPC_OWNER}", GROUP="{on_board.FASTRPC_GROUP}", '
+           f'MODE="{on_board.FASTRPC_MODE:04o}"\n')
     # The serve unit and program are the product's (the layer's edge_llm_serve package and its unit).
     unit, serve = _serve_files(user)
-    _write(tree, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}", unit)
-    _write(tree, layout.SERVE_BIN, serve, 0o755)
+    _write(tree, f"{on_board.SERVE_UNIT_DIR}/{on_board.SERVE_UNIT}", unit)
+    _write(tree, on_board.SERVE_BIN, serve, 0o755)
     if image.ssh_authorized_keys:
         _write(tree, "/root/.ssh/authorized_keys", "".join(k + "\n" for k in image.ssh_authorized_keys), 0o600)
     with_genie = "genie" in manifest.runtimes
     for q in manifest.qairt:
-        for f in layout.qairt_files(board, q, with_genie):
+        for f in on_board.qairt_files(board, q, with_genie):
             if f.endswith("genie-t2t-run"):
                 _write(tree, f, _runtime_script("genie-t2t-run"), 0o755)
             elif Path(f).name in _c_libraries():
                 _write(tree, f, _c_library(Path(f).name, q), 0o755)
             else:
                 _write(tree, f, _stub_lib(Path(f).name, q), 0o755)
-        _write(tree, f"{layout.qairt_bin_dir(q)}/qnn-platform-validator", _runtime_script("qnn-platform-validator"),
+        _write(tree, f"{on_board.qairt_bin_dir(q)}/qnn-platform-validator", _runtime_script("qnn-platform-validator"),
                0o755)
-        _write(tree, f"{layout.qairt_dir(q)}/sdk.yaml", f"qairt: {q}\n")
+        _write(tree, f"{on_board.qairt_dir(q)}/sdk.yaml", f"qairt: {q}\n")
     if "litert_lm" in manifest.runtimes:
-        base = layout.litert_dir()
-        for f in layout.LITERT_FILES:
+        base = on_board.litert_dir()
+        for f in on_board.LITERT_FILES:
             if f == "bin/litert_lm_main":
                 _write(tree, f"{base}/{f}", _runtime_script("litert_lm_main"), 0o755)
             elif Path(f).name in _c_libraries():
-                _write(tree, f"{base}/{f}", _c_library(Path(f).name, layout.LITERT_QAIRT), 0o755)
+                _write(tree, f"{base}/{f}", _c_library(Path(f).name, on_board.LITERT_QAIRT), 0o755)
             else:
-                _write(tree, f"{base}/{f}", _stub_lib(Path(f).name, layout.LITERT_QAIRT), 0o755)
-        _write(tree, f"{base}/BUILD_INFO", f"litert-lm {layout.LITERT_REV}\nqairt {layout.LITERT_QAIRT}\n"
+                _write(tree, f"{base}/{f}", _stub_lib(Path(f).name, on_board.LITERT_QAIRT), 0o755)
+        _write(tree, f"{base}/BUILD_INFO", f"litert-lm {on_board.LITERT_REV}\nqairt {on_board.LITERT_QAIRT}\n"
                "patches: dispatch-lib-dir, htp-burst, qli-soc-guard\n")
     models = []
     for m in manifest.models:
@@ -370,8 +371,8 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
                            "pass model_files={name: path} (see provisioner.sim.synthetic_models)")
         src = Path(src)
         sha = m.sha256 or (_sha256(src) if src.is_file() else None)
-        version = layout.model_version_id(sha, "1")
-        vdir = tree / layout.model_version_dir(m.name, version).lstrip("/")
+        version = on_board.model_version_id(sha, "1")
+        vdir = tree / on_board.model_version_dir(m.name, version).lstrip("/")
         vdir.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
             shutil.copytree(src, vdir, dirs_exist_ok=True)
@@ -387,15 +388,15 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
                                            "sha256": sha if src.is_file() else _sha256(vdir / n)} for n in names]}
         if src.is_file():
             meta.update(sha256=sha, size=src.stat().st_size, file=src.name)
-        (vdir / layout.MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        cur = tree / layout.model_current(m.name).lstrip("/")
+        (vdir / on_board.MODEL_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        cur = tree / on_board.model_current(m.name).lstrip("/")
         cur.symlink_to(version)
         models.append(meta)
     release = {"release": manifest.release, "board": board.id, "machine": board.kas_machine, "qli": rel.id,
                "qairt": list(manifest.qairt), "runtimes": list(manifest.runtimes), "models": models,
                "image": {"memlock": str(image.memlock), "download_mode": download_mode,
                          "inference_user": user, "variant": image.variant}, "simulated": True}
-    _write(tree, layout.RELEASE_JSON, json.dumps(release, indent=2, sort_keys=True) + "\n")
+    _write(tree, on_board.RELEASE_JSON, json.dumps(release, indent=2, sort_keys=True) + "\n")
     return release
 
 

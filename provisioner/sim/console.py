@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.sim import qcom_scm
 from provisioner.sim.board import UFS_SERIAL_PATH, VirtualBoard, env_number, ufs_serial
 
@@ -102,7 +102,7 @@ def systemd_lines(board: VirtualBoard) -> list[str]:
         "[  OK  ] Started systemd-udevd.service - Rule-based Manager for Device Events and Files.",
         "[  OK  ] Reached target local-fs.target - Local File Systems.",
         "[  OK  ] Started systemd-networkd.service - Network Configuration.",
-        f"[  OK  ] Started {layout.FASTRPC_SERVICE} - cDSP RPC daemon.",
+        f"[  OK  ] Started {on_board.FASTRPC_SERVICE} - cDSP RPC daemon.",
         "[  OK  ] Started sshd.socket - OpenSSH Server Socket.",
         "[  OK  ] Started serial-getty@ttyMSM0.service - Serial Getty on ttyMSM0.",
         "[  OK  ] Reached target multi-user.target - Multi-User System.",
@@ -136,7 +136,7 @@ def os_release(rootfs: Path) -> dict[str, str]:
     """KEY=value pairs of the flashed image's /etc/os-release (quotes removed); {} when absent."""
     out: dict[str, str] = {}
     try:
-        lines = (rootfs / layout.OS_RELEASE.lstrip("/")).read_text(encoding="utf-8").splitlines()
+        lines = (rootfs / on_board.OS_RELEASE.lstrip("/")).read_text(encoding="utf-8").splitlines()
     except OSError:
         return out
     for line in lines:
@@ -345,9 +345,9 @@ class Shell:
         b = self.board.catalog_board
         self.board.reload()
         data = self.board.data
-        if path == layout.SOC0_MACHINE:
+        if path == on_board.SOC0_MACHINE:
             return f"{b.soc0_machine}\n".encode()
-        if path == layout.SOC0_SOC_ID:
+        if path == on_board.SOC0_SOC_ID:
             return f"{b.soc_id}\n".encode()
         if path == "/sys/devices/soc0/family":
             return b"Snapdragon\n"
@@ -355,13 +355,13 @@ class Shell:
             return f"{int(self.board.serial, 16)}\n".encode()
         if path == UFS_SERIAL_PATH:
             return f"{ufs_serial(self.board)}\n".encode()
-        if path == layout.DT_COMPATIBLE:
+        if path == on_board.DT_COMPATIBLE:
             return b"".join(c.encode() + b"\0" for c in b.dt_compatible)
-        if path == layout.DT_MODEL:
+        if path == on_board.DT_MODEL:
             return b.dt_model.encode() + b"\0"
-        if path == layout.DOWNLOAD_MODE_PARAM:
+        if path == on_board.DOWNLOAD_MODE_PARAM:
             return qcom_scm.show(int(data.get("download_mode") or 0), qcom_scm.names(data)).encode()
-        if path == layout.KERNEL_CMDLINE:
+        if path == on_board.KERNEL_CMDLINE:
             return (self._cmdline() + "\n").encode()
         if path == "/proc/version":
             return f"Linux version {KERNEL} (oe-user@oe-host) #1 SMP PREEMPT\n".encode()
@@ -422,7 +422,7 @@ class Shell:
 
     def _write_file(self, path: str, value: str) -> bytes | None:
         value = value.strip()
-        if path == layout.DOWNLOAD_MODE_PARAM:
+        if path == on_board.DOWNLOAD_MODE_PARAM:
             mode = qcom_scm.store(value, qcom_scm.names(self.board.data))
             if mode is None:
                 return b"-sh: echo: write error: Invalid argument\n"
@@ -520,7 +520,7 @@ def memlock_limit(board: VirtualBoard) -> str:
         return str(QLI_DEFAULT_MEMLOCK_KIB)
     value = None
     try:
-        text = (board.rootfs_dir / layout.LIMITS_FILE.lstrip("/")).read_text(encoding="utf-8")
+        text = (board.rootfs_dir / on_board.LIMITS_FILE.lstrip("/")).read_text(encoding="utf-8")
     except OSError:
         text = ""
     for raw in text.splitlines():

@@ -26,13 +26,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.errors import SimError
 from provisioner.sim import runtime
 from provisioner.sim.filelock import locked
 
 SRC_DIR = Path(__file__).with_name("clib")
-LITERT_LM = Path(layout.LITERT_CAPI_LIB).name     # liblitert-lm.so
+LITERT_LM = Path(on_board.LITERT_CAPI_LIB).name     # liblitert-lm.so
 LIBRARIES = {LITERT_LM: "litert_lm.c", "libGenie.so": "genie.c"}
 PROGRAMS = {"sshd-socket": "sshd_socket.c"}
 COMMON = ("oracle.c", "oracle.h")

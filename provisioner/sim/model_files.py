@@ -43,7 +43,7 @@ class ModelView:
 
 
 def _model_meta(path: Path) -> dict[str, Any]:
-    """model.json beside a deployed model version (layout.MODEL_META), if any."""
+    """model.json beside a deployed model version (contracts.board.MODEL_META), if any."""
     for d in (path if path.is_dir() else path.parent, path.parent.parent):
         f = d / "model.json"
         if f.is_file():

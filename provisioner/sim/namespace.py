@@ -54,7 +54,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.errors import SimError
 from provisioner.sim import ostree_board, qcom_scm, real_litert, runtime, sota_root, systemctl
 from provisioner.sim.accounts import merge_accounts, read_db, sync_accounts, write_db
@@ -348,13 +349,13 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     fastrpc_uid = fastrpc_gid = 0
     with contextlib.suppress(KeyError):
         import grp
-        fastrpc_gid = grp.getgrnam(layout.FASTRPC_GROUP).gr_gid
+        fastrpc_gid = grp.getgrnam(on_board.FASTRPC_GROUP).gr_gid
     with contextlib.suppress(KeyError):
         import pwd
-        fastrpc_uid = pwd.getpwnam(layout.FASTRPC_OWNER).pw_uid
-    os.mknod(layout.FASTRPC_DEVICE, stat.S_IFCHR | layout.FASTRPC_MODE, os.makedev(*FASTRPC_DEV_NUM))
-    os.chown(layout.FASTRPC_DEVICE, fastrpc_uid, fastrpc_gid)    # what fastrpc's udev rule sets
-    os.chmod(layout.FASTRPC_DEVICE, layout.FASTRPC_MODE)
+        fastrpc_uid = pwd.getpwnam(on_board.FASTRPC_OWNER).pw_uid
+    os.mknod(on_board.FASTRPC_DEVICE, stat.S_IFCHR | on_board.FASTRPC_MODE, os.makedev(*FASTRPC_DEV_NUM))
+    os.chown(on_board.FASTRPC_DEVICE, fastrpc_uid, fastrpc_gid)    # what fastrpc's udev rule sets
+    os.chmod(on_board.FASTRPC_DEVICE, on_board.FASTRPC_MODE)
     subprocess.run(["umount", "-l", str(sim / ".hostsys")], check=False)
 
     # /sys: soc0, device tree, qcom_scm parameter

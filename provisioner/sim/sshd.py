@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.errors import SimError
 from provisioner.sim import cstandins, runtime
 from provisioner.sim.board import VirtualBoard, list_boards, sim_root, ufs_serial
@@ -114,8 +114,8 @@ def first_boot_identity(board: VirtualBoard) -> Path:
         for p in (key, key.with_suffix(".pub")):
             p.unlink(missing_ok=True)
         _run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-C", f"root@{board.serial.lower()}", "-f", str(key)])
-    if (rootfs / layout.IDENTITY_SCRIPT.lstrip("/")).is_file():
-        run_file = rootfs / layout.IDENTITY_RUN_FILE.lstrip("/")
+    if (rootfs / on_board.IDENTITY_SCRIPT.lstrip("/")).is_file():
+        run_file = rootfs / on_board.IDENTITY_RUN_FILE.lstrip("/")
         run_file.parent.mkdir(parents=True, exist_ok=True)
         pub = key.with_suffix(".pub").read_text().split()
         run_file.write_text(f"edge-llm id serial {int(board.serial, 16)}\n"

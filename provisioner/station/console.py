@@ -23,7 +23,7 @@ from typing import Any
 
 import serial
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.contracts import download_mode
 from provisioner.errors import StationError
 from provisioner.station import identity as board_identity
@@ -43,7 +43,7 @@ class LoginRefused(StationError):
     root login (production). Callers that only need the release fall back to the banner."""
 
 
-BANNER_RE = re.compile(re.escape(layout.BANNER_RELEASE_PREFIX) + r"(\S+)")
+BANNER_RE = re.compile(re.escape(on_board.BANNER_RELEASE_PREFIX) + r"(\S+)")
 BANNER_SOURCE = "console banner"   # identity["source"] when only the getty banner could be read
 
 
@@ -361,18 +361,18 @@ class ConsoleDriver:
         Serials and keys are validated by :mod:`provisioner.station.identity` (a board's output is
         untrusted); what fails the check is left out."""
         ident: dict[str, Any] = {"console": self.port}
-        ident["machine"] = self.read_file(layout.SOC0_MACHINE)
-        soc_id = self.read_file(layout.SOC0_SOC_ID)
+        ident["machine"] = self.read_file(on_board.SOC0_MACHINE)
+        soc_id = self.read_file(on_board.SOC0_SOC_ID)
         ident["soc_id"] = int(soc_id) if soc_id and soc_id.isdigit() else soc_id
-        ident["serial"] = board_identity.soc_serial(self.read_file(layout.SOC0_SERIAL))
-        ident["ufs_serial"] = board_identity.ufs_serial(self.read_file(layout.UFS_SERIAL_GLOB))
-        keys = self.run(f"cat {layout.SSH_HOST_KEY_GLOB}")
+        ident["serial"] = board_identity.soc_serial(self.read_file(on_board.SOC0_SERIAL))
+        ident["ufs_serial"] = board_identity.ufs_serial(self.read_file(on_board.UFS_SERIAL_GLOB))
+        keys = self.run(f"cat {on_board.SSH_HOST_KEY_GLOB}")
         ident["host_keys"] = [k.as_dict() for k in board_identity.host_keys_from_text(keys.output)] if keys.ok else []
         for key in ("ufs_serial", "host_keys"):     # e.g. keys under /var/run/ssh: the banner's lines cover it
             ident[key] = ident[key] or self.banner_identity.get(key) or ident[key]
-        compat = self.read_file(layout.DT_COMPATIBLE) or ""
+        compat = self.read_file(on_board.DT_COMPATIBLE) or ""
         ident["compatible"] = [c.strip() for c in compat.splitlines() if c.strip()]
-        osr = self.read_file(layout.OS_RELEASE) or ""
+        osr = self.read_file(on_board.OS_RELEASE) or ""
         os_release: dict[str, str] = {}
         for line in osr.splitlines():
             key, sep, value = line.partition("=")
@@ -380,7 +380,7 @@ class ConsoleDriver:
                 os_release[key.strip()] = value.strip().strip('"')
         ident["os_release"] = os_release
         ident["build_id"] = os_release.get("BUILD_ID")
-        dm = self.read_file(layout.DOWNLOAD_MODE_PARAM)
+        dm = self.read_file(on_board.DOWNLOAD_MODE_PARAM)
         mode = download_mode.mode(dm)               # "full" and "1" are the same mode
         ident["download_mode"] = mode if mode is not None else dm
         host = self.run("hostname")
@@ -418,11 +418,11 @@ class ConsoleDriver:
         for anything that is not a name (qcom_scm.c at torvalds/linux 14062c267f09)."""
         if value not in (0, 1):
             raise StationError(f"download_mode must be 0 or 1, not {value}", "use --download-mode 0|1")
-        res = self.run(f"echo {value} > {layout.DOWNLOAD_MODE_PARAM}")
+        res = self.run(f"echo {value} > {on_board.DOWNLOAD_MODE_PARAM}")
         if not res.ok:
             raise StationError(f"console {self.port}: cannot set download_mode ({res.output.strip()[:100]})",
                                "is qcom_scm loaded and are we root?")
-        return download_mode.mode(self.read_file(layout.DOWNLOAD_MODE_PARAM))
+        return download_mode.mode(self.read_file(on_board.DOWNLOAD_MODE_PARAM))
 
     def wait_for_boot(self, timeout_s: float = 120.0) -> str:
         """Capture the boot log until a login prompt (or an autologin shell prompt) appears;

@@ -12,7 +12,7 @@ fleet later trusts (``known_hosts``, the inventory).
   ``string_descriptors/serial_number`` under the host controller's platform device
   (Documentation/ABI/testing/sysfs-driver-ufs, torvalds/linux 06aea266:
   ``/sys/bus/platform/drivers/ufshcd/*/string_descriptors/serial_number``; on Qualcomm the
-  driver is ufshcd-qcom, so :data:`provisioner.layout.UFS_SERIAL_GLOB` globs the platform device).
+  driver is ufshcd-qcom, so :data:`provisioner.contracts.board.UFS_SERIAL_GLOB` globs the platform device).
 - SSH host keys: the ``.pub`` files sshd_check_keys writes at first boot (oe-core 06dd66e6
   meta/recipes-connectivity/openssh/openssh/sshd_check_keys lines 60-78, run by sshdgenkeys.service,
   which sshd.socket wants). The fingerprint is computed here, the way ``ssh-keygen -l`` prints it:
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 
 #: a serial as the station stores it: hex or alphanumeric, bounded (soc0 gives 8 hex digits)
 SERIAL_RE = re.compile(r"^[0-9A-Za-z]{4,32}$")
@@ -124,9 +124,9 @@ def parse_banner(text: str) -> dict[str, Any]:
     keys: list[str] = []
     for line in text.splitlines():
         line = line.strip()
-        if not line.startswith(layout.BANNER_IDENTITY_PREFIX):
+        if not line.startswith(on_board.BANNER_IDENTITY_PREFIX):
             continue
-        field, _, value = line[len(layout.BANNER_IDENTITY_PREFIX):].partition(" ")
+        field, _, value = line[len(on_board.BANNER_IDENTITY_PREFIX):].partition(" ")
         value = value.strip()
         if field == "serial" and soc_serial(value):
             out["serial"] = soc_serial(value)

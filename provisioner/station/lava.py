@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.contracts import inventory
 from provisioner.errors import StationError
 from provisioner.station.bundle import Preflight, preflight
@@ -86,9 +86,9 @@ def job(pf: Preflight, url: str, *, priority: str = "medium", visibility: str = 
                 "script": [
                     # an empty line makes agetty print its issue text (with the banner) again
                     {"name": "release", "command": "",
-                     "successes": [{"message": f"{layout.BANNER_RELEASE_PREFIX}{release}"}]},
+                     "successes": [{"message": f"{on_board.BANNER_RELEASE_PREFIX}{release}"}]},
                     {"name": "identity", "command": "",
-                     "successes": [{"message": f"{layout.BANNER_IDENTITY_PREFIX}hostkey"}]},
+                     "successes": [{"message": f"{on_board.BANNER_IDENTITY_PREFIX}hostkey"}]},
                 ]}]}},
         ],
     }

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import catalog, layout
+from provisioner import catalog
 from provisioner.artifacts.hashing import sha256_file
+from provisioner.contracts import board as on_board
 from provisioner.fleet import deploy_index
 from provisioner.fleet.api import run_fleet
 from tests.fleet.artserver import ArtifactServer
@@ -50,8 +51,8 @@ def _qairt_tarball(out: Path, version: str) -> Path:
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         seen = set()
         for bid in ("iq-8275-evk", "iq-9075-evk"):
-            for f in layout.qairt_files(catalog.board(bid), version, with_genie=True):
-                rel = f.removeprefix(layout.qairt_dir(version) + "/")
+            for f in on_board.qairt_files(catalog.board(bid), version, with_genie=True):
+                rel = f.removeprefix(on_board.qairt_dir(version) + "/")
                 if rel in seen:
                     continue
                 seen.add(rel)
@@ -90,7 +91,7 @@ def add_nemotron(root: Path, version: str, qairt: str, **kw) -> str:
 
     d = root / "models" / NEMO / version
     sm.make_genie_bundle(d, qairt_full=qairt + "154327", **kw)
-    (d / layout.MODEL_META).write_text(json.dumps({"qairt": qairt, "kind": "genie"}))
+    (d / on_board.MODEL_META).write_text(json.dumps({"qairt": qairt, "kind": "genie"}))
     return version
 
 
@@ -120,18 +121,18 @@ def deploy(fleet, index, **kw):
 
 
 def current(fleet, board: str, model: str) -> str | None:
-    link = fleet.rootfs(board) / layout.model_current(model).lstrip("/")
+    link = fleet.rootfs(board) / on_board.model_current(model).lstrip("/")
     return os.readlink(link) if link.is_symlink() else None
 
 
 def committed(fleet, board: str, model: str, version: str) -> bool:
-    mark = f"{layout.model_version_dir(model, version)}{deploy_index.COMMITTED}"
+    mark = f"{on_board.model_version_dir(model, version)}{deploy_index.COMMITTED}"
     return (fleet.rootfs(board) / mark.lstrip("/")).is_file()
 
 
 def relink(fleet, board: str, model: str, link: str, version: str) -> None:
     """Point the board's ``current``/``previous`` at ``version`` the way a deploy does (symlink + rename)."""
-    path = fleet.rootfs(board) / f"{layout.model_dir(model)}/{link}".lstrip("/")
+    path = fleet.rootfs(board) / f"{on_board.model_dir(model)}/{link}".lstrip("/")
     tmp = path.with_name(f".{link}.tmp")
     tmp.unlink(missing_ok=True)
     os.symlink(version, tmp)
@@ -154,7 +155,7 @@ def tasks_per_board(events: list[dict]) -> dict[str, int]:
 
 
 def previous(fleet, board: str, model: str) -> str | None:
-    link = fleet.rootfs(board) / f"{layout.model_dir(model)}/{deploy_index.PREVIOUS}".lstrip("/")
+    link = fleet.rootfs(board) / f"{on_board.model_dir(model)}/{deploy_index.PREVIOUS}".lstrip("/")
     return os.readlink(link) if link.is_symlink() else None
 
 
@@ -230,16 +231,16 @@ def test_deploy_check_run_then_real_then_idempotent(env):
         assert current(fleet, b, m) == versions[m]
         assert committed(fleet, b, m, versions[m])                 # gated, then committed
         assert previous(fleet, b, m) == before[b]                  # the old version is kept
-        assert (fleet.rootfs(b) / layout.model_version_dir(m, before[b]).lstrip("/")).is_dir()
+        assert (fleet.rootfs(b) / on_board.model_version_dir(m, before[b]).lstrip("/")).is_dir()
     # the running services were restarted onto the new versions; nemotron's on the QAIRT it now needs
     assert_serves(fleet, "dep-8275", GEMMA, versions[GEMMA])
     assert_serves(fleet, "dep-9075", NEMO, versions[NEMO], NEW_QAIRT)
     config = json.loads((fleet.rootfs("dep-9075") / f"etc/edge-llm/serve/{NEMO}.json").read_text())
     assert f"/opt/qairt/{NEW_QAIRT}/" in config["env"]["LD_LIBRARY_PATH"]
     assert config["port"] == fleet.specs["dep-9075"].vars["edge_llm_serve_port_base"]
-    qdir = fleet.rootfs("dep-9075") / layout.qairt_dir(NEW_QAIRT).lstrip("/")
+    qdir = fleet.rootfs("dep-9075") / on_board.qairt_dir(NEW_QAIRT).lstrip("/")
     assert (qdir / "sdk.yaml").read_text() == f"qairt: {NEW_QAIRT}\n"
-    assert not list((fleet.rootfs("dep-9075") / layout.QAIRT_ROOT.lstrip("/")).glob("*.partial"))
+    assert not list((fleet.rootfs("dep-9075") / on_board.QAIRT_ROOT.lstrip("/")).glob("*.partial"))
 
     mark = server.mark()
     events: list[dict] = []
@@ -323,7 +324,7 @@ def test_failed_health_gate_rolls_back(env, tmp_path):
         assert current(fleet, b, m) == before[b]                   # still the version that worked
     assert "incoherent" in res.row("dep-9075").reason
     assert "TF_LITE_PREFILL_DECODE" in res.row("dep-8275").reason or "exit" in res.row("dep-8275").reason
-    assert (fleet.rootfs("dep-8275") / layout.model_version_dir(GEMMA, bad_gemma).lstrip("/")).is_dir()
+    assert (fleet.rootfs("dep-8275") / on_board.model_version_dir(GEMMA, bad_gemma).lstrip("/")).is_dir()
     assert not committed(fleet, "dep-8275", GEMMA, bad_gemma)
 
 
@@ -343,7 +344,7 @@ def test_checksum_mismatch_and_disk_full_leave_current_alone(env, tmp_path):
     assert res.row("dep-8275").verdict == "fail" and "checksum mismatch" in res.row("dep-8275").reason
     assert res.row("dep-9075").verdict == "fail" and "disk full" in res.row("dep-9075").reason
     assert not any(h.path.startswith(f"/cs/models/{NEMO}/") for h in server.since(mark))   # refused up front
-    vdir = fleet.rootfs("dep-8275") / layout.model_version_dir(GEMMA, v).lstrip("/")
+    vdir = fleet.rootfs("dep-8275") / on_board.model_version_dir(GEMMA, v).lstrip("/")
     assert not vdir.exists()
     assert not list(vdir.parent.glob(f"{v}.partial/*.part"))                 # the bad download is gone
     assert {b: current(fleet, b, m) for b, m in BOARD_MODEL.items()} == before
@@ -360,7 +361,7 @@ def test_board_reboot_mid_download_resumes_and_never_switches_to_a_partial(env, 
     index = deploy_index.build_index(server.root / "slow", server.url + "/slow")
     url_path = f"/slow/models/{GEMMA}/{v}/{GEMMA_FILE}"
     server.throttle[url_path] = 0.1                                          # 64 KiB per 100 ms
-    part = fleet.rootfs("dep-8275") / f"{layout.model_version_dir(GEMMA, v)}.partial/{GEMMA_FILE}.part".lstrip("/")
+    part = fleet.rootfs("dep-8275") / f"{on_board.model_version_dir(GEMMA, v)}.partial/{GEMMA_FILE}.part".lstrip("/")
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(run=deploy(fleet, index, limit="dep-8275")))
     worker.start()
@@ -372,7 +373,7 @@ def test_board_reboot_mid_download_resumes_and_never_switches_to_a_partial(env, 
     worker.join(120)
     assert result["run"].row("dep-8275").verdict in ("unreachable", "fail")
     assert current(fleet, "dep-8275", GEMMA) == before                       # never the half-written version
-    assert not (fleet.rootfs("dep-8275") / layout.model_version_dir(GEMMA, v).lstrip("/")).exists()
+    assert not (fleet.rootfs("dep-8275") / on_board.model_version_dir(GEMMA, v).lstrip("/")).exists()
     have = part.stat().st_size
     assert 0 < have < (4 << 20)
 
@@ -401,7 +402,7 @@ def test_rerun_after_a_crash_past_the_switch_gates_the_uncommitted_current(env, 
     index = deploy_index.build_index(server.root / "crash", server.url + "/crash")
     assert deploy(fleet, index, limit="dep-8275").row("dep-8275").verdict == "pass"
     assert current(fleet, "dep-8275", GEMMA) == v
-    mark_file = fleet.rootfs("dep-8275") / f"{layout.model_version_dir(GEMMA, v)}{deploy_index.COMMITTED}".lstrip("/")
+    mark_file = fleet.rootfs("dep-8275") / f"{on_board.model_version_dir(GEMMA, v)}{deploy_index.COMMITTED}".lstrip("/")
     mark_file.unlink()                                   # the crash state: current switched, never committed
 
     events: list[dict] = []
@@ -471,7 +472,7 @@ def test_failed_first_install_leaves_no_current_and_the_service_stopped(env, tmp
     launched = run_fleet("launch", fleet.inventory, limit="dep-8275")
     assert launched.row("dep-8275").verdict == "pass", launched.row("dep-8275").reason
     for link in ("current", deploy_index.PREVIOUS):         # the model was never on this board
-        (fleet.rootfs("dep-8275") / f"{layout.model_dir(GEMMA)}/{link}".lstrip("/")).unlink()
+        (fleet.rootfs("dep-8275") / f"{on_board.model_dir(GEMMA)}/{link}".lstrip("/")).unlink()
     src = tmp_path / "first"
     bad = add_gemma(src, n_dispatch_ops=9, truncate_to=20000)
     shutil.copytree(src, server.root / "first")
@@ -483,7 +484,7 @@ def test_failed_first_install_leaves_no_current_and_the_service_stopped(env, tmp
         assert row.verdict == "fail"
         assert (f"health gate failed: {GEMMA} {bad} not committed, no version to fall back to: current removed, "
                 f"{unit} stopped (") in row.reason, row.reason
-        link = fleet.rootfs("dep-8275") / layout.model_current(GEMMA).lstrip("/")
+        link = fleet.rootfs("dep-8275") / on_board.model_current(GEMMA).lstrip("/")
         assert not link.is_symlink() and not link.exists()
         state = subprocess.run(host.ssh_argv(board, "systemctl", "is-active", unit), capture_output=True,
                                text=True, timeout=30).stdout.strip()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.fleet import inventory
 from provisioner.fleet.report import build_report
 from provisioner.fleet.runner import EventCollector, FleetRun
@@ -33,7 +34,7 @@ def test_committed_group_vars_equal_the_generated_ones():
 def test_group_vars_carry_catalog_facts_and_thresholds():
     data = yaml.safe_load((REPO / "playbooks" / "group_vars" / "iq_9075_evk.yml").read_text())
     b = catalog.board("iq-9075-evk")
-    assert data["edge_llm_board_facts"] == layout.board_facts(b)
+    assert data["edge_llm_board_facts"] == on_board.board_facts(b)
     (model,) = data["edge_llm_models"]
     ref = b.expected("nemotron-nano-8b", "qli")
     assert model["qairt"] == catalog.models()["nemotron-nano-8b"].qairt

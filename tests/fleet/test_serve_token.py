@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from provisioner import catalog
+from provisioner.contracts.board import TOKEN_FILE
 from provisioner.contracts.inventory import ModelVars
-from provisioner.fleet.serve_config import TOKEN_FILE, controller_token, serve_config
+from provisioner.fleet.serve_config import controller_token, serve_config
 
 
 def _model() -> ModelVars:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import ModelVars
 from provisioner.fleet.onboard import serve
 from provisioner.fleet.serve_config import smoke_run
@@ -74,10 +75,10 @@ def test_smoke_run_gives_the_npu_its_dispatch_library(tmp_path):
     beside it, and what the runtime writes beside the model stays out of the fleet's model directory."""
     board = catalog.board("iq-8275-evk")
     spec = _rooted(smoke_run(board, GEMMA, "Explain gravity.", None), tmp_path)
-    current = Path(_rooted(layout.model_current(GEMMA.name), tmp_path))
+    current = Path(_rooted(on_board.model_current(GEMMA.name), tmp_path))
     current.mkdir(parents=True)
     (current / GEMMA.file).write_bytes(b"model")
-    lib = Path(_rooted(f"{layout.litert_dir()}/lib/libLiteRtDispatch_Qualcomm.so", tmp_path))
+    lib = Path(_rooted(f"{on_board.litert_dir()}/lib/libLiteRtDispatch_Qualcomm.so", tmp_path))
     lib.parent.mkdir(parents=True)
     lib.write_bytes(b"dispatch")
     spec["argv"] = [sys.executable, "-c", FAKE_MAIN, *spec["argv"][1:]]

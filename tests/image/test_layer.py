@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.errors import RenderError
 from provisioner.image.render import render
 from provisioner.manifest import load_manifest
@@ -70,7 +71,7 @@ def test_generated_model_recipes_parse_and_lint(tmp_path, distro_layer):
     assert d.getVar("EDGE_LLM_MODEL_NAME") == "gemma-4-e2b" and d.getVar("PACKAGE_ARCH") == "iq_8275_evk"
     assert d.getVar("SRC_URI").startswith("https://models.example.invalid/gemma-4-E2B-it_qualcomm_qcs8275.litertlm;")
     assert d.getVarFlag("SRC_URI", "model.sha256sum") == "ab" * 32
-    assert d.getVar("FILES:edge-llm-model-gemma-4-e2b").split() == [layout.model_dir("gemma-4-e2b")]
+    assert d.getVar("FILES:edge-llm-model-gemma-4-e2b").split() == [on_board.model_dir("gemma-4-e2b")]
     _oelint([recipe])
 
 
@@ -107,19 +108,19 @@ def test_readme_documents_every_variable_the_layer_reads():
 def test_paths_agree_with_the_layout_contract(tmp_path, distro_layer):
     env = _env(tmp_path, distro_layer)
     mem = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-memlock/edge-llm-memlock.bb", env)
-    assert mem.getVar("EDGE_LLM_LIMITS_FILE") == layout.LIMITS_FILE
-    assert mem.getVar("EDGE_LLM_SYSTEMD_DROPIN") == layout.SYSTEMD_MEMLOCK_DROPIN
-    serve_dropin = f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}.d/50-edge-llm-memlock.conf"
+    assert mem.getVar("EDGE_LLM_LIMITS_FILE") == on_board.LIMITS_FILE
+    assert mem.getVar("EDGE_LLM_SYSTEMD_DROPIN") == on_board.SYSTEMD_MEMLOCK_DROPIN
+    serve_dropin = f"{on_board.SERVE_UNIT_DIR}/{on_board.SERVE_UNIT}.d/50-edge-llm-memlock.conf"
     assert mem.getVar("EDGE_LLM_SERVE_DROPIN") == serve_dropin
     dm = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-download-mode/edge-llm-download-mode.bb", env)
-    assert dm.getVar("EDGE_LLM_DOWNLOAD_MODE_PARAM") == layout.DOWNLOAD_MODE_PARAM
+    assert dm.getVar("EDGE_LLM_DOWNLOAD_MODE_PARAM") == on_board.DOWNLOAD_MODE_PARAM
     user = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-user/edge-llm-user.bb", env)
-    assert user.getVar("EDGE_LLM_FASTRPC_GROUP") == layout.FASTRPC_GROUP
+    assert user.getVar("EDGE_LLM_FASTRPC_GROUP") == on_board.FASTRPC_GROUP
     q = bbparse.parse_recipe(LAYER / "recipes-ai/qairt/qairt-runtime-2.44.0.260225.bb", env)
-    assert q.getVar("QAIRT_DIR") == layout.qairt_dir("2.44.0.260225")
+    assert q.getVar("QAIRT_DIR") == on_board.qairt_dir("2.44.0.260225")
     lt = bbparse.parse_recipe(LAYER / "recipes-ai/litert-lm/litert-lm-runtime.bb", env)
-    assert f"{lt.getVar('LITERT_LM_ROOT')}/{lt.getVar('LITERT_LM_REV')}" == layout.litert_dir()
-    assert lt.getVar("LITERT_LM_QAIRT") == layout.LITERT_QAIRT
+    assert f"{lt.getVar('LITERT_LM_ROOT')}/{lt.getVar('LITERT_LM_REV')}" == on_board.litert_dir()
+    assert lt.getVar("LITERT_LM_QAIRT") == on_board.LITERT_QAIRT
     assert lt.getVar("LITERT_LM_TARBALL") == "litert-lm-runtime-cbf463d97fa3-qairt2.44.0.260225-aarch64.tar.gz"
     assert lt.getVar("RDEPENDS:litert-lm-runtime") == "qairt-runtime-2.44.0.260225"
 
@@ -187,7 +188,7 @@ def test_qairt_install_side_by_side_with_the_machine_skel(board_id, tmp_path, di
     dest = Path(d.getVar("D"))
     pkgs = _packages(d, dest)
     pn = f"qairt-runtime-{v}"
-    wanted = [p for p in layout.qairt_files(board, v, with_genie=True)]
+    wanted = [p for p in on_board.qairt_files(board, v, with_genie=True)]
     # what packagegroup-edge-llm installs for this machine with a Genie runtime
     installed = set(pkgs[pn] + pkgs[f"{pn}-hexagon-{board.hexagon_arch}"] + pkgs[f"{pn}-genie"])
     assert set(wanted) <= installed
@@ -218,7 +219,7 @@ def test_qairt_fetch_refuses_without_checksums(tmp_path, distro_layer, fatal):
 def test_litert_runtime_install(tmp_path, distro_layer):
     d = bbparse.parse_recipe(LAYER / "recipes-ai/litert-lm/litert-lm-runtime.bb", _env(tmp_path, distro_layer))
     s = Path(d.getVar("S")) / "top"
-    for f in layout.LITERT_FILES:
+    for f in on_board.LITERT_FILES:
         (s / f).parent.mkdir(parents=True, exist_ok=True)
         (s / f).write_bytes(b"\x7fELF")
     patches = Path(d.getVar("UNPACKDIR")) / "patches"
@@ -229,8 +230,8 @@ def test_litert_runtime_install(tmp_path, distro_layer):
         assert f"file://{p.name};apply=no;subdir=patches" in uris
         (patches / p.name).write_bytes(p.read_bytes())
     _run(d, "do_install")
-    dest = Path(d.getVar("D")) / layout.litert_dir().lstrip("/")
-    for f in layout.LITERT_FILES:
+    dest = Path(d.getVar("D")) / on_board.litert_dir().lstrip("/")
+    for f in on_board.LITERT_FILES:
         assert (dest / f).is_file()
     assert os.access(dest / "bin/litert_lm_main", os.X_OK)
     assert sorted(p.name for p in (dest / "patches").iterdir()) == sorted(p.name for p in files.glob("000*.patch"))
@@ -240,15 +241,15 @@ def test_memlock_files(tmp_path, distro_layer):
     d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-memlock/edge-llm-memlock.bb", _env(tmp_path, distro_layer))
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
-    limits = (dest / layout.LIMITS_FILE.lstrip("/")).read_text()
+    limits = (dest / on_board.LIMITS_FILE.lstrip("/")).read_text()
     assert "*    hard    memlock    unlimited" in limits
     # pam_limits skips '*' for root: the fleet's reading of the file must give root unlimited too
     from provisioner.fleet.verdict import pam_memlock
 
     assert pam_memlock("root", [limits]) == "infinity"
     assert pam_memlock("llm", [limits]) == "infinity"
-    assert "DefaultLimitMEMLOCK=infinity" in (dest / layout.SYSTEMD_MEMLOCK_DROPIN.lstrip("/")).read_text()
-    serve = dest / f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}.d/50-edge-llm-memlock.conf".lstrip("/")
+    assert "DefaultLimitMEMLOCK=infinity" in (dest / on_board.SYSTEMD_MEMLOCK_DROPIN.lstrip("/")).read_text()
+    serve = dest / f"{on_board.SERVE_UNIT_DIR}/{on_board.SERVE_UNIT}.d/50-edge-llm-memlock.conf".lstrip("/")
     assert serve.read_text().splitlines()[1:] == ["[Service]", "LimitMEMLOCK=infinity"]
 
 
@@ -262,7 +263,7 @@ def test_download_mode_service(mode, tmp_path, distro_layer):
     (unpack / src.name).write_text(src.read_text())
     _run(d, "do_install")
     unit = (Path(d.getVar("D")) / "usr/lib/systemd/system/edge-llm-download-mode.service").read_text()
-    assert f"ExecStart=/bin/sh -c 'echo {mode} > {layout.DOWNLOAD_MODE_PARAM}'" in unit
+    assert f"ExecStart=/bin/sh -c 'echo {mode} > {on_board.DOWNLOAD_MODE_PARAM}'" in unit
     assert d.getVar("SYSTEMD_SERVICE:edge-llm-download-mode") == "edge-llm-download-mode.service"
 
 
@@ -273,7 +274,7 @@ def test_inference_user_in_fastrpc_group(tmp_path, distro_layer):
     assert params[params.index("--groups") + 1] == "fastrpc" and params[-1] == "svc"
     assert d.getVar("GROUPADD_PARAM:edge-llm-user").split() == ["--system", "fastrpc"]
     preset = (LAYER / "recipes-core/edge-llm-user/files/50-edge-llm.preset").read_text()
-    assert f"enable {layout.FASTRPC_SERVICE}" in preset
+    assert f"enable {on_board.FASTRPC_SERVICE}" in preset
 
 
 @pytest.mark.parametrize("policy", ["keys-only", "disabled", "debug"])
@@ -287,7 +288,7 @@ def test_login_policy(policy, tmp_path, distro_layer):
     keys = dest / "root/.ssh/authorized_keys"
     dropin = dest / "etc/ssh/sshd_config.d/50-edge-llm.conf"
     # the console banner the station reads on boards where root cannot log in
-    assert (dest / layout.ISSUE_SNIPPET.lstrip("/")).read_text() == layout.ISSUE_TEXT
+    assert (dest / on_board.ISSUE_SNIPPET.lstrip("/")).read_text() == on_board.ISSUE_TEXT
     if policy == "keys-only":
         assert keys.read_text() == "ssh-ed25519 AAAA1 a@b\nssh-ed25519 AAAA2 c@d\n"
         assert oct(keys.stat().st_mode & 0o777) == "0o600"
@@ -445,13 +446,13 @@ def test_model_install_writes_model_json_and_current(tmp_path, distro_layer):
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
     version = d.getVar("EDGE_LLM_MODEL_VERSION")
-    vdir = dest / layout.model_version_dir("nano", version).lstrip("/")
-    meta = json.loads((vdir / layout.MODEL_META).read_text())
+    vdir = dest / on_board.model_version_dir("nano", version).lstrip("/")
+    meta = json.loads((vdir / on_board.MODEL_META).read_text())
     files = sorted(p.name for p in bundle.iterdir())
     assert sorted(f["path"] for f in meta["files"]) == files
     assert meta["size"] == sum(p.stat().st_size for p in bundle.iterdir())
     assert meta["qairt"] == "2.45.0.260326" and len(meta["sha256"]) == 64
-    assert os.readlink(dest / layout.model_current("nano").lstrip("/")) == version
+    assert os.readlink(dest / on_board.model_current("nano").lstrip("/")) == version
 
 
 def test_image_refuses_rootfs_without_enabled_cdsprpcd(tmp_path, distro_layer, fatal):

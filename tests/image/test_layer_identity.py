@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.image.render import render
 from provisioner.manifest import load_manifest
 from provisioner.station import identity
@@ -32,12 +32,12 @@ def test_identity_recipe_installs_script_unit_and_issue_link(tmp_path):
         shutil.copy(f, unpack / f.name)
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
-    assert os.access(dest / layout.IDENTITY_SCRIPT.lstrip("/"), os.X_OK)
-    link = dest / layout.IDENTITY_ISSUE.lstrip("/")
-    assert link.is_symlink() and os.readlink(link) == layout.IDENTITY_RUN_FILE
+    assert os.access(dest / on_board.IDENTITY_SCRIPT.lstrip("/"), os.X_OK)
+    link = dest / on_board.IDENTITY_ISSUE.lstrip("/")
+    assert link.is_symlink() and os.readlink(link) == on_board.IDENTITY_RUN_FILE
     unit = (dest / "usr/lib/systemd/system/edge-llm-identity.service").read_text()
     assert "After=sshdgenkeys.service" in unit and "Before=getty-pre.target" in unit
-    assert f"ExecStart={layout.IDENTITY_SCRIPT} {layout.IDENTITY_RUN_FILE}" in unit
+    assert f"ExecStart={on_board.IDENTITY_SCRIPT} {on_board.IDENTITY_RUN_FILE}" in unit
     packaged = d.getVar("FILES:edge-llm-identity").split()
     for f in (p for p in dest.rglob("*") if p.is_file() or p.is_symlink()):
         rel = f"/{f.relative_to(dest)}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.image.render import render
 from provisioner.manifest import load_manifest
 from tests.image import bbparse
@@ -82,7 +82,7 @@ def _qairt(tmp_path: Path, local: str):
 def test_qairt_in_a_sota_image_lives_under_usr_and_is_linked_from_opt(tmp_path):
     d, dest = _qairt(tmp_path, SOTA)
     files = _installed(dest)
-    qdir = layout.qairt_dir(QAIRT)
+    qdir = on_board.qairt_dir(QAIRT)
     assert f"{STORE}{qdir}/VERSION" in files
     assert not any(f.startswith("/opt/") for f in files)  # nothing the OSTree commit would drop
     pn = f"qairt-runtime-{QAIRT}"
@@ -90,14 +90,14 @@ def test_qairt_in_a_sota_image_lives_under_usr_and_is_linked_from_opt(tmp_path):
     assert conf in files and _packaged(d, pn, conf)
     assert _packaged(d, f"{pn}-hexagon-v75", f"{STORE}{qdir}/lib/hexagon-v75/unsigned/libQnnHtpV75Skel.so")
     lines = _tmpfiles(dest, pn)
-    assert ["d", layout.QAIRT_ROOT, "0755", "root", "root", "-"] in lines  # a real dir: the fleet adds builds
+    assert ["d", on_board.QAIRT_ROOT, "0755", "root", "root", "-"] in lines  # a real dir: the fleet adds builds
     assert ["L+", qdir, "-", "-", "-", "-", f"{STORE}{qdir}"] in lines  # re-pointed by every deployment
 
 
 def test_qairt_without_sota_stays_in_opt_and_ships_no_snippet(tmp_path):
     d, dest = _qairt(tmp_path, PLAIN)
     files = _installed(dest)
-    assert f"{layout.qairt_dir(QAIRT)}/VERSION" in files
+    assert f"{on_board.qairt_dir(QAIRT)}/VERSION" in files
     assert not any(f.startswith("/usr/") for f in files)
     assert d.getVar("EDGE_LLM_TMPFILES_CONF") == ""
 
@@ -106,7 +106,7 @@ def test_qairt_without_sota_stays_in_opt_and_ships_no_snippet(tmp_path):
 def test_litert_runtime_install_root_follows_sota(local, root, tmp_path):
     d = bbparse.parse_recipe(LAYER / "recipes-ai/litert-lm/litert-lm-runtime.bb", _env(tmp_path, local))
     s = Path(d.getVar("S"))
-    for f in layout.LITERT_FILES:
+    for f in on_board.LITERT_FILES:
         (s / f).parent.mkdir(parents=True, exist_ok=True)
         (s / f).write_bytes(b"\x7fELF")
     patches = Path(d.getVar("UNPACKDIR")) / "patches"
@@ -115,7 +115,7 @@ def test_litert_runtime_install_root_follows_sota(local, root, tmp_path):
         (patches / p).write_text("patch\n")
     dest = _install(d)
     files = _installed(dest)
-    lt = layout.litert_dir()
+    lt = on_board.litert_dir()
     assert f"{root}{lt}/bin/litert_lm_main" in files
     assert _packaged(d, "litert-lm-runtime", f"{root}{lt}/bin/litert_lm_main")
     if root:
@@ -140,18 +140,18 @@ def test_model_in_a_sota_image_links_version_and_keeps_the_fleets_current(tmp_pa
     shutil.copytree(bundle, Path(d.getVar("UNPACKDIR")) / "model" / bundle.name)
     dest = _install(d)
     version = d.getVar("EDGE_LLM_MODEL_VERSION")
-    vdir = layout.model_version_dir("nano", version)
+    vdir = on_board.model_version_dir("nano", version)
     files = _installed(dest)
-    assert f"{STORE}{vdir}/{layout.MODEL_META}" in files
+    assert f"{STORE}{vdir}/{on_board.MODEL_META}" in files
     assert not any(f.startswith("/opt/") for f in files)
     pn = d.getVar("PN")
     assert _packaged(d, pn, f"/usr/lib/tmpfiles.d/edge-llm-{pn}.conf")
-    assert _packaged(d, pn, f"{STORE}{vdir}/{layout.MODEL_META}")
+    assert _packaged(d, pn, f"{STORE}{vdir}/{on_board.MODEL_META}")
     lines = _tmpfiles(dest, pn)
-    assert ["d", layout.model_dir("nano"), "0755", "root", "root", "-"] in lines
+    assert ["d", on_board.model_dir("nano"), "0755", "root", "root", "-"] in lines
     assert ["L+", vdir, "-", "-", "-", "-", f"{STORE}{vdir}"] in lines
     # `L` without `+`: a model the fleet switched `current` to survives the next boot
-    assert ["L", layout.model_current("nano"), "-", "-", "-", "-", version] in lines
+    assert ["L", on_board.model_current("nano"), "-", "-", "-", "-", version] in lines
 
 
 @pytest.mark.parametrize("local,refused", [(SOTA, True), (PLAIN, False)])
@@ -209,7 +209,7 @@ def test_boot_check_unit_gates_boot_complete_with_the_layout_paths(tmp_path):
     unit, script = _boot_check(tmp_path)
     lines = unit.splitlines()
     assert "Before=boot-complete.target" in lines and "RequiredBy=boot-complete.target" in lines
-    assert (f"ExecStart=/usr/libexec/edge-llm-boot-check {layout.FASTRPC_DEVICE} {layout.FASTRPC_SERVICE} "
+    assert (f"ExecStart=/usr/libexec/edge-llm-boot-check {on_board.FASTRPC_DEVICE} {on_board.FASTRPC_SERVICE} "
             "/usr/lib/tmpfiles.d") in lines
     assert os.access(script, os.X_OK)
 

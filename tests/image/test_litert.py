@@ -192,7 +192,7 @@ def test_full_build_with_layer_patches(lt):
     assert info["files"] == res.files
     assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" for m in members)
     # the layout contract: exactly the files the layer installs
-    from provisioner.layout import LITERT_FILES
+    from provisioner.contracts.board import LITERT_FILES
     assert {n for n in names if "/" in n} == set(LITERT_FILES)
 
     src = lt.work / "LiteRT-LM"

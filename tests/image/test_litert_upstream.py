@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.image import litert as L
 
 UPSTREAM = Path(__file__).resolve().parents[2] / ".." / "shared" / "realworld" / "upstream" / "LiteRT-LM-cbf463d"
@@ -79,11 +79,11 @@ def test_the_c_api_library_is_the_shared_library_google_ships(upstream: Path) ->
     kind, body = rules(upstream / package / "BUILD")[name]
     shared = re.search(r"linkshared\s*=\s*(1|True)", body)
     assert kind == "cc_binary" and shared, f"{L.TARGET_CAPI} is no shared library"
-    assert f"{package}/{name}" in L.OUTPUTS[layout.LITERT_CAPI_LIB]        # cc_binary: output named as the rule
+    assert f"{package}/{name}" in L.OUTPUTS[on_board.LITERT_CAPI_LIB]        # cc_binary: output named as the rule
     ffi = (upstream / "python" / "litert_lm" / "_ffi.py").read_text(encoding="utf-8")
     loaded = re.search(r'lib_name = f"(lib[\w-]+)\.\{extension\}"', ffi)
     assert loaded, "_ffi.py no longer names the library it loads"
-    assert Path(layout.LITERT_CAPI_LIB).name == f"{loaded.group(1)}.so"
+    assert Path(on_board.LITERT_CAPI_LIB).name == f"{loaded.group(1)}.so"
 
 
 def test_every_output_path_is_a_rule_at_the_pin(upstream: Path) -> None:
@@ -94,7 +94,7 @@ def test_every_output_path_is_a_rule_at_the_pin(upstream: Path) -> None:
                 continue   # outputs of the @litert repository
             package, _, name = path.rpartition("/")
             check_in_tree(upstream, package, name)
-        assert dest in layout.LITERT_FILES
+        assert dest in on_board.LITERT_FILES
 
 
 def test_fetch_covers_what_the_build_needs(job: L.LitertBuild) -> None:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.fleet.onboard import program_bytes
 from provisioner.sim import host
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
@@ -33,7 +33,7 @@ def test_launch_keeps_the_images_service_on_a_read_only_usr(tmp_path):
     try:
         # the image was built with another edge-llm-serve than the one this controller carries
         image_serve = program_bytes() + b"\n# the image's own build\n"     # a virtual image's form of it
-        tree = of.image_tree(fleet.rootfs(BOARD), tmp_path, "base-1", {layout.SERVE_BIN.lstrip("/"): image_serve})
+        tree = of.image_tree(fleet.rootfs(BOARD), tmp_path, "base-1", {on_board.SERVE_BIN.lstrip("/"): image_serve})
         rel, commit = of.build_release(tmp_path, "base-1", tree)
         repo = tmp_path / "srv"
         of.publish(rel, repo)
@@ -53,12 +53,12 @@ def test_launch_keeps_the_images_service_on_a_read_only_usr(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         row = json.loads(report.read_text())["boards"][0]
         assert row["verdict"] == "pass", row
-        assert f"kept the image's {layout.SERVE_BIN}" in row["reason"] and "update-os" in row["reason"]
+        assert f"kept the image's {on_board.SERVE_BIN}" in row["reason"] and "update-os" in row["reason"]
         assert "kept the image's" in proc.stdout                                # the table says so too
         launch = next(s for s in row["details"]["steps"] if s.get("kind") == "launch")
-        assert launch["kept_image"] == [layout.SERVE_BIN] and layout.SERVE_BIN not in launch["written"]
-        on_board = ssh("sha256sum", layout.SERVE_BIN).stdout.split()[0].decode()
-        assert on_board == hashlib.sha256(image_serve).hexdigest()
+        assert launch["kept_image"] == [on_board.SERVE_BIN] and on_board.SERVE_BIN not in launch["written"]
+        served = ssh("sha256sum", on_board.SERVE_BIN).stdout.split()[0].decode()
+        assert served == hashlib.sha256(image_serve).hexdigest()
     finally:
         fleet.stop()
         of.unfreeze(tmp_path)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import layout
+from provisioner.contracts import board as on_board
 from provisioner.fleet.onboard import SERVE_SCRIPT
 from provisioner.sim import cstandins
 
@@ -28,8 +28,8 @@ BOARDLESS = "EDGE_LLM_SIM_BOARDLESS"
 @pytest.fixture(scope="session")
 def standin_libs() -> dict[str, Path]:
     """runtime -> the simulator's stand-in library for it (compiled once, cached by source hash)."""
-    return {"litert_lm": cstandins.build(cstandins.LITERT_LM, layout.LITERT_QAIRT),
-            "genie": cstandins.build("libGenie.so", layout.LITERT_QAIRT)}
+    return {"litert_lm": cstandins.build(cstandins.LITERT_LM, on_board.LITERT_QAIRT),
+            "genie": cstandins.build("libGenie.so", on_board.LITERT_QAIRT)}
 
 
 def free_port() -> int:

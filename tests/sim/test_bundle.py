@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.station.bundle import preflight, read_contents
 from provisioner.station.flashxml import boot_lun, find_flash_xml, parse_patch, parse_rawprogram
 
@@ -54,23 +55,23 @@ def test_rootfs_is_ext4_with_the_layout_contract(bundle):
     b = catalog.board("iq-8275-evk")
     img = bundle / "rootfs.img"
     assert img.stat().st_size < 32 << 20
-    assert b'BUILD_ID="rel-42"' in _debugfs_cat(img, layout.OS_RELEASE)
-    rel = json.loads(_debugfs_cat(img, layout.RELEASE_JSON))
+    assert b'BUILD_ID="rel-42"' in _debugfs_cat(img, on_board.OS_RELEASE)
+    rel = json.loads(_debugfs_cat(img, on_board.RELEASE_JSON))
     assert rel["release"] == "rel-42" and rel["qairt"] == ["2.44.0.260225"]
-    for f in layout.qairt_files(b, "2.44.0.260225", with_genie=False):
+    for f in on_board.qairt_files(b, "2.44.0.260225", with_genie=False):
         assert b"2.44.0.260225" in _debugfs_cat(img, f), f
-    assert b"SIMULATED litert_lm_main" in _debugfs_cat(img, f"{layout.litert_dir()}/bin/litert_lm_main")
+    assert b"SIMULATED litert_lm_main" in _debugfs_cat(img, f"{on_board.litert_dir()}/bin/litert_lm_main")
     model = rel["models"][0]
-    meta = json.loads(_debugfs_cat(img, f"{layout.model_version_dir('gemma-4-e2b', model['version'])}/model.json"))
+    meta = json.loads(_debugfs_cat(img, f"{on_board.model_version_dir('gemma-4-e2b', model['version'])}/model.json"))
     assert meta["sha256"] == model["sha256"] and meta["qairt"] == "2.44.0.260225"
-    link = subprocess.run(["debugfs", "-R", f"stat {layout.model_current('gemma-4-e2b')}", str(img)],
+    link = subprocess.run(["debugfs", "-R", f"stat {on_board.model_current('gemma-4-e2b')}", str(img)],
                           capture_output=True, text=True, check=True).stdout
     assert f'Fast link dest: "{model["version"]}"' in link
-    assert b"memlock    unlimited" in _debugfs_cat(img, layout.LIMITS_FILE)
-    assert b"DefaultLimitMEMLOCK=infinity" in _debugfs_cat(img, layout.SYSTEMD_MEMLOCK_DROPIN)
+    assert b"memlock    unlimited" in _debugfs_cat(img, on_board.LIMITS_FILE)
+    assert b"DefaultLimitMEMLOCK=infinity" in _debugfs_cat(img, on_board.SYSTEMD_MEMLOCK_DROPIN)
     assert b"qcom_scm.download_mode=1" in _debugfs_cat(img, "/etc/kernel/cmdline")
     assert b"fastrpc:x:" in _debugfs_cat(img, "/etc/group")
-    assert b"[Service]" in _debugfs_cat(img, f"{layout.SERVE_UNIT_DIR}/{layout.SERVE_UNIT}")
+    assert b"[Service]" in _debugfs_cat(img, f"{on_board.SERVE_UNIT_DIR}/{on_board.SERVE_UNIT}")
 
 
 # ---------------------------------------------------------------------------------------------- os-release
@@ -95,7 +96,7 @@ def _virtual_os_release(tmp_path, kas_files):
         {"name": "gemma-4-e2b", "kind": "litertlm", "path": str(model), "qairt": "2.44.0.260225"}]))
     tree = tmp_path / "tree"
     build_rootfs_tree(m, tree, {"gemma-4-e2b": model}, kas_files)
-    return dict(ln.split("=", 1) for ln in (tree / layout.OS_RELEASE.lstrip("/")).read_text().splitlines())
+    return dict(ln.split("=", 1) for ln in (tree / on_board.OS_RELEASE.lstrip("/")).read_text().splitlines())
 
 
 def test_virtual_os_release_follows_the_rendered_kas_files(tmp_path):

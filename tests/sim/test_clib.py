@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import catalog, layout
+from provisioner import catalog
+from provisioner.contracts import board as on_board
 from provisioner.sim import host, real_litert
 from provisioner.sim.npu_outcome import GARBAGE_TOKEN, answer_for
 from tests.sim.test_host_support import needs_root
@@ -27,8 +28,8 @@ GENIE_Q = "Explain gravity in one short English sentence."
 
 
 def _run(vb, runtime: str, *args: str, user: str | None = None) -> tuple[dict, str]:
-    q = layout.LITERT_QAIRT if runtime == "litert_lm" else "2.45.0.260326"
-    env = layout.run_env(catalog.board(vb.board_id), runtime, q)
+    q = on_board.LITERT_QAIRT if runtime == "litert_lm" else "2.45.0.260326"
+    env = on_board.run_env(catalog.board(vb.board_id), runtime, q)
     quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in args)
     cmd = (f"cd / && env LD_LIBRARY_PATH={env.ld_library_path} ADSP_LIBRARY_PATH={env.adsp_library_path} "
            f"/run/edge-llm-sim/python3 - {quoted}")
@@ -44,7 +45,7 @@ def _litert(vb, prompt: str = QUESTION, *extra: str, user: str | None = None,
     """One generation through the library; ``dispatch`` is the dispatch dir set (default: the runtime's lib/)."""
     model = subprocess.run(host.ssh_argv(vb, "ls /opt/edge-llm/models/gemma-4-e2b/current/*.litertlm"),
                            capture_output=True, text=True, timeout=60).stdout.strip()
-    where = f"{layout.litert_dir()}/lib" if dispatch is None else dispatch
+    where = f"{on_board.litert_dir()}/lib" if dispatch is None else dispatch
     return _run(vb, "litert_lm", kind, model, where, prompt, *extra, user=user)
 
 

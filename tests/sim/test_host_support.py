@@ -56,16 +56,17 @@ def litert_cmd(vb: VirtualBoard, prompt: str = "Explain what Qualcomm is in two 
     the dispatch library, as the fleet's smoke run lays it out (provisioner.fleet.serve_config.litert_run_links);
     without, ``--model_path`` names the model in the fleet's model directory.
     """
-    from provisioner import catalog, layout
-    dispatch = next(f for f in layout.LITERT_FILES if "/libLiteRtDispatch" in f)
-    env = layout.run_env(catalog.board(vb.board_id), "litert_lm", layout.LITERT_QAIRT)
+    from provisioner import catalog
+    from provisioner.contracts import board as on_board
+    dispatch = next(f for f in on_board.LITERT_FILES if "/libLiteRtDispatch" in f)
+    env = on_board.run_env(catalog.board(vb.board_id), "litert_lm", on_board.LITERT_QAIRT)
     model = "$(ls /opt/edge-llm/models/gemma-4-e2b/current/*.litertlm)"
     setup = ""
     if run_dir:
-        setup = (f"d=$(mktemp -d) && ln -s {model} $d/ && ln -s {layout.litert_dir()}/{dispatch} $d/ && ")
+        setup = (f"d=$(mktemp -d) && ln -s {model} $d/ && ln -s {on_board.litert_dir()}/{dispatch} $d/ && ")
         model = f"$d/$(basename {model})"
     run = (f"{setup}LD_LIBRARY_PATH={env.ld_library_path} ADSP_LIBRARY_PATH={env.adsp_library_path} "
-           f"{layout.litert_dir()}/bin/litert_lm_main --backend {backend} --model_path {model} "
+           f"{on_board.litert_dir()}/bin/litert_lm_main --backend {backend} --model_path {model} "
            f"--input_prompt '{prompt}'")
     if user:
         run = run.replace("$", "\\$")     # expanded by the user's shell, not by root's
@@ -74,11 +75,12 @@ def litert_cmd(vb: VirtualBoard, prompt: str = "Explain what Qualcomm is in two 
 
 
 def genie_cmd(vb: VirtualBoard, extra: str = "") -> str:
-    from provisioner import catalog, layout
+    from provisioner import catalog
+    from provisioner.contracts import board as on_board
     q = "2.45.0.260326"
-    env = layout.run_env(catalog.board(vb.board_id), "genie", q)
+    env = on_board.run_env(catalog.board(vb.board_id), "genie", q)
     return (f"cd /opt/edge-llm/models/nemotron-nano-8b/current && LD_LIBRARY_PATH={env.ld_library_path} "
-            f"ADSP_LIBRARY_PATH={env.adsp_library_path} {layout.qairt_bin_dir(q)}/genie-t2t-run "
+            f"ADSP_LIBRARY_PATH={env.adsp_library_path} {on_board.qairt_bin_dir(q)}/genie-t2t-run "
             f"-c genie_config.json -p 'Explain gravity in one short English sentence.' {extra}")
 
 

@@ -1,7 +1,7 @@
 """Runtime stand-ins on virtual boards: the runtimes' outputs and failure signatures, from board state.
 
 Every command runs over real ssh inside the board's namespace with the run environment from
-``provisioner.layout`` (what the fleet uses), so what is tested is what a verifier would see.
+``provisioner.contracts.board`` (what the fleet uses), so what is tested is what a verifier would see.
 """
 
 from __future__ import annotations

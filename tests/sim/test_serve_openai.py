@@ -42,7 +42,7 @@ def test_a_service_without_its_token_stops_and_is_not_restarted(module_boards):
     import subprocess
     import time
 
-    from provisioner.fleet import serve_config
+    from provisioner.contracts.board import TOKEN_FILE
     from provisioner.sim import host
 
     vb = module_boards.start("iq-8275-evk")
@@ -52,7 +52,7 @@ def test_a_service_without_its_token_stops_and_is_not_restarted(module_boards):
     def on_board(*cmd: str) -> str:
         return subprocess.run(host.ssh_argv(vb, *cmd), capture_output=True, text=True, timeout=60).stdout.strip()
 
-    on_board("rm", "-f", serve_config.TOKEN_FILE)
+    on_board("rm", "-f", TOKEN_FILE)
     on_board("systemctl", "restart", unit)
     for _ in range(50):
         if on_board("systemctl", "show", "-p", "ActiveState", "--value", unit) == "failed":

@@ -44,7 +44,7 @@ options:
     type: str
     default: .edge-llm-artifact.json
   meta_name:
-    description: Name of a version's metadata file, present once the version is complete (provisioner.layout).
+    description: Name of a version's metadata file, present once the version is complete (provisioner.contracts.board).
     type: str
     default: model.json
   ops:

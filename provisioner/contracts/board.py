@@ -1,9 +1,10 @@
-"""Where things live on a board: the on-target filesystem contract.
+"""Where things live on a board: the on-target filesystem contract between the image and the fleet.
 
 The Yocto layer installs to these paths, the fleet playbooks verify and deploy to them, the
 inference service runs from them, and the virtual boards present them. Keeping the contract
-in one module (and rendering it into group_vars / layer variables from here) is what stops
-those parts from drifting apart.
+in one module (rendered into the layer's ``EDGE_LLM_*`` variables by :func:`layer_variables`, and
+into group_vars from here) is what stops those parts from drifting apart. Modules that also name a
+:class:`~provisioner.catalog.Board` ``board`` import this one as ``on_board``.
 
 Versioned directories everywhere: several QAIRT builds live side by side (one per model), and
 a model update lands next to the previous one with an atomic ``current`` symlink switch.
@@ -50,6 +51,8 @@ SYSTEMD_MEMLOCK_DROPIN = "/etc/systemd/system.conf.d/50-edge-llm-memlock.conf"
 SERVE_UNIT = "edge-llm-serve@.service"      # instance = model name
 SERVE_UNIT_DIR = "/etc/systemd/system"
 SERVE_BIN = "/usr/bin/edge-llm-serve"
+SERVE_CONFIG_DIR = "/etc/edge-llm/serve"    # <model>.json per instance (edge-llm-serve --config)
+TOKEN_FILE = "/etc/edge-llm/serve/api-token"  # the board's bearer token (service user, 0600)
 SERVE_BASE_PORT = 8080                      # model i listens on 8080 + i (configurable)
 FASTRPC_DEVICE = "/dev/fastrpc-cdsp"
 FASTRPC_GROUP = "fastrpc"
