@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[0] = str(ROOT)  # first: bench/inspect.py would shadow the stdlib module dataclasses imports
+sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
 import errno  # noqa: E402
 import importlib.util  # noqa: E402
@@ -370,7 +370,7 @@ def main(bitbake: Path | None = None) -> int:
 
 
 def _fleet_faults() -> Any:
-    """bench/fleet_faults.py (bench/ is no package, and its folder must stay off sys.path: see above)."""
+    """bench/fleet_faults.py (bench/ is no package: loaded by path)."""
     spec = importlib.util.spec_from_file_location("fleet_faults", Path(__file__).with_name("fleet_faults.py"))
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)

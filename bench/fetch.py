@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[0] = str(ROOT)
+sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
 import argparse  # noqa: E402
 import hashlib  # noqa: E402

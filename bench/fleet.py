@@ -29,18 +29,13 @@ Usage: python3 bench/fleet.py [--sizes 16,64,256] [--ops verify,deploy,...] [--s
 
 from __future__ import annotations
 
-import os
-import sys
-
-# bench/ holds scripts named like stdlib modules (inspect.py): never import from the script's own folder
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os
 import resource  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
+import sys
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402

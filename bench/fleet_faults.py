@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[0] = str(ROOT)  # first: bench/inspect.py would shadow the stdlib module dataclasses imports
+sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -46,7 +46,7 @@ GEMMA = "gemma-4-e2b"
 
 
 def _load(name: str) -> Any:
-    """A sibling bench script (bench/ is no package, and its folder must stay off sys.path: see above)."""
+    """A sibling bench script (bench/ is no package: loaded by path)."""
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)

@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[0] = str(ROOT)  # first: bench/inspect.py would shadow the stdlib module dataclasses imports
+sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
 import io  # noqa: E402
 import json  # noqa: E402

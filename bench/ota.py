@@ -22,13 +22,6 @@ Usage: python3 bench/ota.py [--sizes 8,32] [--image-mib 64] [--parts bytes,fleet
 
 from __future__ import annotations
 
-import os
-import sys
-
-# bench/ holds scripts named like stdlib modules (inspect.py): never import from the script's own folder
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-
 import argparse  # noqa: E402
 import gzip  # noqa: E402
 import json  # noqa: E402
@@ -36,6 +29,7 @@ import lzma  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
+import sys
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402

@@ -15,8 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# the repo root instead of bench/ (whose inspect.py would shadow the stdlib module)
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's provisioner first
 
 from provisioner.image.bitbake_log import BitbakeProgress, parse_log  # noqa: E402
 from provisioner.process import GracefulStop, run_streaming  # noqa: E402

@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# bench/ holds scripts named like stdlib modules (inspect.py): replace the script dir on sys.path.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's provisioner first
 
 import argparse  # noqa: E402
 import os  # noqa: E402

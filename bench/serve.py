@@ -19,15 +19,10 @@ Usage: python3 bench/serve.py [--requests 3]
 
 from __future__ import annotations
 
-import os
-import sys
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-
 import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
+import sys
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402

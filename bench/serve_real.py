@@ -37,15 +37,11 @@ Usage: python3 bench/serve_real.py [--litert018 DIR] [--requests 20] [--tokens 2
 
 from __future__ import annotations
 
-import os
-import sys
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]   # bench/inspect.py shadows inspect
-
 import json  # noqa: E402
+import os
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import sys
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402

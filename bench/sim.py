@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# bench/ holds scripts named like stdlib modules (inspect.py): replace the script dir on sys.path.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's provisioner first
 
 from provisioner.sim import control  # noqa: E402
 

@@ -32,8 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# bench/ holds scripts named like stdlib modules (inspect.py): replace the script dir on sys.path.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's provisioner first
 
 from provisioner.sim import control, host, supervisor  # noqa: E402
 from provisioner.sim.board import VirtualBoard  # noqa: E402

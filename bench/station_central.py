@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[0] = str(ROOT)  # not bench/: its inspect.py would shadow the stdlib module
+sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
 import yaml  # noqa: E402
 

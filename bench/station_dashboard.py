@@ -20,13 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provisioner.sim.board import VirtualBoard
-from provisioner.sim.qdl import install_wrappers
-from provisioner.station import feed
-from provisioner.station.config import StationConfig
-from provisioner.station.flash import FlashOptions, flash_release
-from provisioner.station.records import Records
-from tests.station import browser
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's provisioner and tests/
+
+from provisioner.sim.board import VirtualBoard  # noqa: E402
+from provisioner.sim.qdl import install_wrappers  # noqa: E402
+from provisioner.station import feed  # noqa: E402
+from provisioner.station.config import StationConfig  # noqa: E402
+from provisioner.station.flash import FlashOptions, flash_release  # noqa: E402
+from provisioner.station.records import Records  # noqa: E402
+from tests.station import browser  # noqa: E402
 
 BOARDS = 8
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# first, replacing bench/ itself: bench/inspect.py would shadow the stdlib module dataclasses imports
-sys.path[0] = str(ROOT / "layers/meta-edge-llm/recipes-ai/edge-llm-serve/files")
+# the service package as the layer ships it (it is not installed on the build host)
+sys.path.insert(0, str(ROOT / "layers/meta-edge-llm/recipes-ai/edge-llm-serve/files"))
 from edge_llm_serve import toolcalls as tc  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "write_note", "parameters": {

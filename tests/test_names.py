@@ -70,3 +70,11 @@ def test_kas_container_found_by_the_tools_rule(tmp_path: Path, monkeypatch: pyte
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
     assert find_kas_container() == script
+
+
+def test_no_bench_script_is_named_like_a_standard_library_module() -> None:
+    """``python3 bench/X.py`` puts bench/ first on sys.path, so a script named like a stdlib module (an
+    ``inspect.py``) would be imported instead of it by every other script there, and by dataclasses."""
+    bench = PKG.parent / "bench"
+    shadowing = sorted(p.name for p in bench.glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert not shadowing, f"bench scripts named like standard-library modules (rename them): {shadowing}"

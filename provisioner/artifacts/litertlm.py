@@ -5,7 +5,7 @@ NPU-only, context length, the QAIRT build its QNN context binaries were compiled
 the download is complete) live in a few KiB: the 32-byte preamble, the header flatbuffer, the
 TFLite operator tables and the first bytes of each context binary. Everything here reads by
 offset and counts the bytes it read, so ``provisioner inspect`` stays fast on a slow disk and
-``bench/inspect.py`` can prove it.
+``bench/inspect_litertlm.py`` can prove it.
 
 Why no ``litert_lm_builder``/``tflite``/``flatbuffers``/``protobuf`` imports: together they pull
 in numpy, absl and protobuf - about 0.2 s of start-up, a hundred times the reading itself, and

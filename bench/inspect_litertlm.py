@@ -9,7 +9,7 @@ The CLI is run several times (it takes a tenth of a second, so one run is at the
 scheduler on a shared machine) and its median is compared with one `strings | grep` pass.
 Goals: >= 100x faster, < 16 MB read.
 
-    python3 bench/inspect.py [--size BYTES] [--dir DIR] [--cli-runs N]
+    python3 bench/inspect_litertlm.py [--size BYTES] [--dir DIR] [--cli-runs N]
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# this file is named like the stdlib `inspect`: run from the repo root, never from bench/
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[0] = str(ROOT)
+sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
 import argparse  # noqa: E402
 import json  # noqa: E402
