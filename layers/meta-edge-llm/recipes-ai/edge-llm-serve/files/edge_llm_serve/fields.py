@@ -16,7 +16,8 @@ from typing import Any
 #: fields the service reads, per endpoint kind (validation.make_job and the stream's stream_options)
 HONOURED: dict[str, frozenset[str]] = {
     "chat": frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop",
-                       "seed", "stream", "stream_options", "n"}),
+                       "seed", "stream", "stream_options", "n", "tools", "tool_choice", "parallel_tool_calls",
+                       "response_format"}),
     "completion": frozenset({"model", "prompt", "max_tokens", "temperature", "top_p", "stop", "seed", "stream",
                              "stream_options", "n"}),
 }
@@ -24,14 +25,8 @@ HONOURED: dict[str, frozenset[str]] = {
 _NOT_YET = "not supported yet"
 #: field -> why it is refused (any value but null, or but its neutral one in NEUTRAL)
 REFUSED: dict[str, str] = {
-    "tools": f"{_NOT_YET}: this service does not call tools",
-    "tool_choice": f"{_NOT_YET}: this service does not call tools",
-    "parallel_tool_calls": f"{_NOT_YET}: this service does not call tools",
-    "functions": f"{_NOT_YET}: this service does not call functions (and 'functions' is OpenAI's deprecated form of "
-                 "'tools')",
-    "function_call": f"{_NOT_YET}: this service does not call functions (and 'function_call' is OpenAI's deprecated "
-                     "form of 'tool_choice')",
-    "response_format": f"{_NOT_YET}: answers are free text, no JSON mode or schema is enforced",
+    "functions": "'functions' is OpenAI's deprecated form of 'tools': send tools instead",
+    "function_call": "'function_call' is OpenAI's deprecated form of 'tool_choice': send tool_choice instead",
     "logprobs": f"{_NOT_YET}: the runtimes' C APIs used here return text, not token probabilities",
     "top_logprobs": f"{_NOT_YET}: the runtimes' C APIs used here return text, not token probabilities",
     "logit_bias": f"{_NOT_YET}: the runtimes' samplers take no per-token bias",
@@ -61,16 +56,15 @@ REFUSED: dict[str, str] = {
 #: the value of a refused field that changes nothing (what client libraries send by default)
 NEUTRAL: dict[str, tuple[Any, ...]] = {
     "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "logprobs": (False,), "top_logprobs": (0,),
-    "logit_bias": ({},), "parallel_tool_calls": (True, False), "store": (False,), "best_of": (1,),
+    "logit_bias": ({},), "store": (False,), "best_of": (1,),
     "echo": (False,), "modalities": (["text"],), "metadata": ({},),
 }
 
 
 #: a message's fields beside role and content -> why they are refused (any value but null)
 MESSAGE_REFUSED: dict[str, str] = {
-    "tool_calls": f"{_NOT_YET}: this service does not call tools",
-    "tool_call_id": f"{_NOT_YET}: this service does not call tools",
-    "function_call": f"{_NOT_YET}: this service does not call functions",
+    "tool_call_id": "belongs to a message of role \"tool\" only",
+    "function_call": "OpenAI's deprecated form of tool_calls: send tool_calls instead",
     "name": "participant names are not passed to the model",
     "refusal": "an assistant's refusal is not passed to the model",
     "audio": "this service generates text only",

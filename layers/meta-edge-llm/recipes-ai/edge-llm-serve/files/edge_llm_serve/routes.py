@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import io
 import json
@@ -10,11 +11,13 @@ import queue
 import re
 import socket
 import sys
+import threading
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from edge_llm_serve.answer_check import Judge, Unfit, needed
 from edge_llm_serve.config import DEFAULTS, STARTED, VERSION
 from edge_llm_serve.engines.base import Job
 from edge_llm_serve.metrics import backend_info
@@ -130,7 +133,10 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                 return
             if not self._authorized():
                 return
-            model = {"id": cfg["model"], "object": "model", "created": STARTED, "owned_by": "edge-llm"}
+            caps = sched.engine.capabilities
+            model = {"id": cfg["model"], "object": "model", "created": STARTED, "owned_by": "edge-llm",
+                     "capabilities": {k: bool(caps.get(k)) for k in ("tools", "json_object", "json_schema", "grammar",
+                                                                     "constrained")}}
             if path == "/v1/models":
                 self._send(200, {"object": "list", "data": [model]})
             elif self._endpoint == MODEL_ROUTE:
@@ -161,13 +167,13 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                 return
             if not self._authorized():
                 return
+            sched = svc.scheduler
             try:
                 body = parse_body(self._body())
-                job = make_job(cfg, kinds[path], body)
+                job = make_job(cfg, kinds[path], body, sched.engine.capabilities)
             except BadRequest as exc:
                 self._error(exc.status, str(exc), exc.kind, exc.param, exc.code)
                 return
-            sched = svc.scheduler
             if not sched.ready:
                 self._not_ready()
                 return
@@ -178,7 +184,9 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                             "rate_limit_exceeded", code="queue_full", headers={"Retry-After": str(retry)})
                 return
             try:
-                if body.get("stream"):
+                if needed(job):
+                    self._checked(job, body)
+                elif body.get("stream"):
                     self._stream(job, kinds[path], body)
                 else:
                     self._whole(job, kinds[path])
@@ -277,6 +285,107 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
             self._send(200, {"id": f"{prefix}-{os.urandom(12).hex()}", "object": obj, "created": created,
                              "model": cfg["model"], "choices": [choice], "usage": done["usage"],
                              "timing": done["timing"]})
+
+        def _checked(self, job: Job, body: dict[str, Any]) -> None:
+            """A chat answer that is read before the client takes it (tool calls, response_format): judged
+            by answer_check.Judge; one that does not fit runs once more (unless the runtime constrained
+            it), then the client gets the error with the model's output, never a silent answer."""
+            stream = bool(body.get("stream"))
+            retries = 0 if svc.scheduler.engine.capabilities.get("constrained") else 1
+            ident, created = f"chatcmpl-{os.urandom(12).hex()}", int(time.time())
+            opts = body.get("stream_options")
+            include_usage = isinstance(opts, dict) and opts.get("include_usage") is True
+            started = {"head": False}
+
+            def piece(delta: dict[str, Any] | None, finish: str | None = None) -> str:
+                choice = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
+                return "data: " + json.dumps({"id": ident, "object": "chat.completion.chunk", "created": created,
+                                              "model": cfg["model"], "choices": [choice]}) + "\n\n"
+
+            def send(parts: list[str]) -> bool:
+                if not started["head"]:
+                    started["head"] = True
+                    self._status = 200
+                    self.close_connection = True
+                    self.wfile.hold()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    parts = [piece({"role": "assistant", "content": ""})] + parts
+                try:
+                    self.wfile.write("".join(parts).encode())
+                    self.wfile.release()
+                    return True
+                except OSError:
+                    svc.scheduler.cancel(job)
+                    return False
+
+            while True:
+                judge = Judge(job, cfg.get("tool_format"), body.get("parallel_tool_calls") is not False)
+                try:
+                    while True:
+                        ev = self._next(job, watch=True)
+                        if ev is None:
+                            return
+                        if ev[0] == "text":
+                            deltas = judge.feed(ev[1])
+                            if stream and deltas and not send([piece(d) for d in deltas]):
+                                return
+                            continue
+                        job.finished = True
+                        if ev[0] == "error":
+                            if started["head"]:
+                                send(["data: " + json.dumps({"error": {"message": ev[1], "type": "server_error",
+                                      "param": None, "code": "runtime_error"}}) + "\n\ndata: [DONE]\n\n"])
+                            else:
+                                self._failed(ev)
+                            return
+                        done = ev[1]
+                        break
+                finally:
+                    if not job.finished:
+                        svc.scheduler.cancel(job)
+                try:
+                    deltas, reason, message = judge.finish(done)
+                except Unfit as exc:
+                    if retries and not judge.sent:
+                        retries -= 1
+                        job = self._again(job)
+                        if job is None:
+                            return
+                        continue
+                    err = {"message": f"{exc}{'' if retries or judge.sent else ' (also on the retry)'}",
+                           "type": "server_error", "param": None, "code": exc.code, "model_output": exc.output[:2000]}
+                    if started["head"]:
+                        send(["data: " + json.dumps({"error": err}) + "\n\ndata: [DONE]\n\n"])
+                    else:    # x-should-retry: the openai client would otherwise run it again on its own
+                        self._send(500, {"error": err}, {"x-should-retry": "false"})
+                    return
+                if not stream:
+                    self._send(200, {"id": ident, "object": "chat.completion", "created": created,
+                                     "model": cfg["model"], "choices": [{"index": 0, "message": message,
+                                                                         "finish_reason": reason, "logprobs": None}],
+                                     "usage": done["usage"], "timing": done["timing"]})
+                    return
+                out = [piece(d) for d in deltas] + [piece(None, reason)]
+                if include_usage:
+                    out.append("data: " + json.dumps({"id": ident, "object": "chat.completion.chunk",
+                                                      "created": created, "model": cfg["model"], "choices": [],
+                                                      "usage": done["usage"], "timing": done["timing"]}) + "\n\n")
+                send(out + ["data: [DONE]\n\n"])
+                return
+
+        def _again(self, job: Job) -> Job | None:
+            """``job`` queued once more (the bounded retry); None when the queue is full (answered 429)."""
+            again = dataclasses.replace(job, events=queue.SimpleQueue(), cancelled=threading.Event(),
+                                        enqueued=time.monotonic(), finished=False)
+            if not svc.scheduler.submit(again):
+                self._error(429, "the answer did not fit the request and the NPU queue is full for its retry",
+                            "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "2"})
+                return None
+            return again
 
         def _failed(self, ev: tuple[Any, ...]) -> None:
             """Answer an error event: the client's (400, e.g. a prompt longer than the context) or the runtime's (500)."""

@@ -16,6 +16,7 @@ from edge_llm_serve.metrics import Metrics
 from edge_llm_serve.prompts import TEMPLATES
 from edge_llm_serve.scheduler import Scheduler
 from edge_llm_serve.server import Service
+from edge_llm_serve.toolcalls import FAMILIES
 from edge_llm_serve.wire import activation_socket
 
 
@@ -113,4 +114,6 @@ def load_config(path: str) -> dict[str, Any]:
         raise ValueError(f"{path}: 'model_file' is required for litert_lm")
     if merged["chat_template"] not in TEMPLATES:
         raise ValueError(f"{path}: chat_template must be one of {', '.join(TEMPLATES)}")
+    if merged.get("tool_format") is not None and merged["tool_format"] not in FAMILIES:
+        raise ValueError(f"{path}: tool_format must be one of {', '.join(FAMILIES)}")
     return merged

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edge_llm_serve import schema_check, toolcalls
 from edge_llm_serve.config import DEFAULTS
 from edge_llm_serve.engines.base import Job
 from edge_llm_serve.fields import HONOURED, MESSAGE_REFUSED, REFUSED, refusal
@@ -114,8 +115,113 @@ def _content(value: Any, where: str) -> str:
     raise BadRequest(f"'{where}' must be a string or a list of text parts", param=where)
 
 
-def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any]) -> Job:
-    """Validate an OpenAI request body and turn it into a Job (BadRequest on any bad field)."""
+NO_CAPS: dict[str, bool] = {}
+
+
+def json_instruction(fmt: dict[str, Any]) -> str:
+    """What the prompt asks for when the runtime cannot constrain decoding (Genie): the answer is then
+    checked against it (OpenAI asks the same of clients for json_object, "the word JSON must appear in
+    the messages", so an instruction in the prompt is how every template-driven model is told)."""
+    text = "Answer with one JSON object and nothing else: no prose, no code fence."
+    if fmt["type"] == "json_schema":
+        text += " The object must conform to this JSON Schema: " + json.dumps(fmt["schema"], ensure_ascii=False)
+    return text
+
+
+def response_format(body: dict[str, Any], caps: dict[str, bool]) -> dict[str, Any] | None:
+    """``response_format`` normalised: None (text), {"type": "json_object"} or
+    {"type": "json_schema", "name", "schema", "strict"}; BadRequest naming ``response_format`` otherwise."""
+    rf = body.get("response_format")
+    kinds = ("text", "json_object", "json_schema")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or rf.get("type") not in kinds:
+        raise BadRequest('\'response_format\' must be {"type": "text"}, {"type": "json_object"} or '
+                         '{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}',
+                         param="response_format")
+    kind = rf["type"]
+    if kind == "text":
+        return None
+    if not caps.get(kind):
+        raise BadRequest(f"'response_format' {kind} is refused: this model's runtime cannot produce or check it "
+                         "here", param="response_format", code="unsupported_parameter")
+    if kind == "json_object":
+        return {"type": "json_object"}
+    spec = rf.get("json_schema")
+    if not isinstance(spec, dict):
+        raise BadRequest("'response_format' json_schema needs a json_schema object with name and schema",
+                         param="response_format")
+    extra = sorted(set(spec) - {"name", "schema", "strict", "description"})
+    if extra:
+        raise BadRequest(f"'response_format' json_schema.{extra[0]} is not a field OpenAI defines",
+                         param="response_format")
+    name = spec.get("name")
+    if not isinstance(name, str) or not 1 <= len(name) <= 64 or not all(c.isalnum() or c in "_-" for c in name):
+        raise BadRequest("'response_format' json_schema.name must be 1-64 letters, digits, '_' or '-'",
+                         param="response_format")
+    schema = spec.get("schema", {})
+    found = schema_check.unsupported(schema)
+    if found:
+        raise BadRequest(f"'response_format' json_schema.{found[0]} is refused: {found[1]}; the service checks "
+                         "every answer against the schema and will not leave a keyword unchecked",
+                         param="response_format", code="unsupported_schema")
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise BadRequest("'response_format' json_schema.strict must be true or false", param="response_format")
+    return {"type": "json_schema", "name": name, "schema": schema, "strict": bool(strict)}
+
+
+def _tool_turns(raw: list[Any]) -> bool:
+    return any(isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls") is not None) for m in raw)
+
+
+def _prepare_tools(body: dict[str, Any], caps: dict[str, bool]) -> toolcalls.Prepared:
+    """The tool request checked by toolcalls.prepare (a 400 naming the field it names)."""
+    try:
+        prepared = toolcalls.prepare(body)
+    except toolcalls.ToolRequestError as exc:
+        raise BadRequest(f"'{exc.field}' {str(exc)[len(exc.field) + 2:]}", param=exc.field) from exc
+    if isinstance(body.get("parallel_tool_calls"), bool) is False and body.get("parallel_tool_calls") is not None:
+        raise BadRequest("'parallel_tool_calls' must be true or false", param="parallel_tool_calls")
+    uses = (prepared.tools and prepared.choice != "none") or _tool_turns(prepared.messages)
+    if uses and not caps.get("tools"):
+        field = "tools" if prepared.tools else "messages"
+        raise BadRequest(f"'{field}' is refused: this model has no tool-call format here (a Genie model needs "
+                         "tool_format in its serve config)", param=field, code="unsupported_parameter")
+    return prepared
+
+
+def _tool_prompt(cfg: dict[str, Any], prepared: toolcalls.Prepared, instruction: str | None) -> str:
+    """The family's prompt (config ``tool_format``) for a conversation with tools or tool turns."""
+    messages = list(prepared.messages)
+    if instruction:
+        last = messages[-1]
+        if last.get("role") == "user":
+            messages[-1] = {**last, "content": toolcalls.text_of(last.get("content"), "messages[-1]")
+                            + "\n\n" + instruction}
+        else:
+            messages.insert(0 if messages[0].get("role") not in ("system", "developer") else 1,
+                            {"role": "system", "content": instruction})
+    family = str(cfg.get("tool_format"))
+    default = (cfg.get("system_prompt") or "").strip()
+    switch = default.lower().startswith("detailed thinking ")
+    if default and not switch and messages[0].get("role") not in ("system", "developer"):
+        messages.insert(0, {"role": "system", "content": default})
+    thinking = None if str(toolcalls.text_of(messages[0].get("content"), "messages[0]")).strip() in \
+        ("detailed thinking on", "detailed thinking off") else default.lower() == "detailed thinking on"
+    try:
+        return toolcalls.render(family, toolcalls.Prepared(messages, prepared.tools, prepared.choice, prepared.name),
+                                thinking=thinking)
+    except toolcalls.ToolRequestError as exc:
+        raise BadRequest(f"'{exc.field}' {str(exc)[len(exc.field) + 2:]}", param=exc.field) from exc
+
+
+def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any], caps: dict[str, bool] | None = None) -> Job:
+    """Validate an OpenAI request body and turn it into a Job (BadRequest on any bad field).
+
+    ``caps`` is the engine's ``capabilities``: tools and response_format are refused by name where
+    the engine cannot honour them."""
+    caps = caps if caps is not None else NO_CAPS
     model = body.get("model")
     if model is not None and model != cfg["model"]:
         raise BadRequest(f"model {model!r} is not served here (this is {cfg['model']!r})", status=404,
@@ -163,32 +269,44 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any]) -> Job:
             raise BadRequest("'prompt' must be a non-empty string", param="prompt")
         messages: list[dict[str, str]] = []
         system = None
+        fmt, prepared = None, None
     else:
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw:
             raise BadRequest("'messages' must be a non-empty list", param="messages")
+        fmt = response_format(body, caps)
+        instruction = json_instruction(fmt) if fmt and not caps.get("constrained") else None
+        tooled = body.get("tools") is not None or body.get("tool_choice") is not None or _tool_turns(raw)
+        prepared = _prepare_tools(body, caps) if tooled else None
         sys_parts, messages = [], []
         for i, m in enumerate(raw):
-            if isinstance(m, dict) and m.get("role") in ("tool", "function"):
-                raise BadRequest(f"messages[{i}] has role {m['role']!r}: not supported yet: this service does not "
-                                 "call tools", param=f"messages[{i}].role", code="unsupported_parameter")
-            if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
+            roles = ("system", "developer", "user", "assistant") + (("tool",) if tooled else ())
+            if not isinstance(m, dict) or m.get("role") not in roles:
                 raise BadRequest(f"messages[{i}] needs a role of system, user or assistant", param="messages")
-            for key in sorted(k for k, v in m.items() if k not in ("role", "content") and v is not None):
+            allowed = {"role", "content"} | ({"tool_calls", "tool_call_id"} if tooled else set())
+            for key in sorted(k for k, v in m.items() if k not in allowed and v is not None):
                 why = MESSAGE_REFUSED.get(key, "not a field of an OpenAI message this service knows")
                 raise BadRequest(f"messages[{i}].{key} is refused: {why}", param=f"messages[{i}].{key}",
                                  code="unsupported_parameter" if key in MESSAGE_REFUSED else "unknown_parameter")
-            text = _content(m.get("content"), f"messages[{i}].content")
+            text = "" if tooled and m.get("content") is None else _content(m.get("content"), f"messages[{i}].content")
             if m["role"] in ("system", "developer"):
                 sys_parts.append(text)
             else:
                 messages.append({"role": m["role"], "content": text})
-        if not messages or messages[-1]["role"] != "user":
-            raise BadRequest("the last message must come from the user", param="messages")
+        if not messages or messages[-1]["role"] not in (("user", "tool") if tooled else ("user",)):
+            raise BadRequest("the last message must come from the user" + (" or a tool" if tooled else ""),
+                             param="messages")
         system = system_text(cfg, "\n".join(sys_parts) or None)
-        prompt = render_chat(template, messages, system)
+        if prepared is not None and cfg.get("tool_format"):
+            prompt = _tool_prompt(cfg, prepared, instruction)
+        else:
+            if instruction and messages[-1]["role"] == "user":
+                messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + instruction}
+            elif instruction:
+                system = f"{system}\n{instruction}" if system else instruction
+            prompt = render_chat(template, messages, system)
     if len(prompt) > max_chars:
         raise BadRequest(f"the prompt is {len(prompt)} characters; the limit is {max_chars}", param="prompt")
     return Job(kind=kind, prompt=prompt, messages=messages, system=system, max_tokens=int(mt),
                temperature=_number(body, "temperature", 0, 2), top_p=_number(body, "top_p", 0, 1),
-               seed=seed, stop=stop)
+               seed=seed, stop=stop, tools=prepared, response_format=fmt)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,12 +25,51 @@ from edge_llm_serve.engines.cabi import (
     find_library,
 )
 
+#: a marker only one family's chat template writes around a tool call -> that family (the templates:
+#: NVIDIA's llama_nemotron_nano_generic_tool_calling.jinja, Qwen/Qwen2.5-7B-Instruct and
+#: meta-llama/Llama-3.1-8B-Instruct tokenizer_config.json "chat_template"; cited in toolcalls_render)
+TEMPLATE_MARKERS = (("<TOOLCALL>", "nemotron-nano"), ("<tool_call>", "qwen2.5"), ("<|python_tag|>", "llama3.1"))
+
+
+def bundle_tool_format(model_dir: str) -> str | None:
+    """The tool format the bundle's own chat template names, or None.
+
+    A Hugging Face export keeps the template in ``tokenizer_config.json`` ("chat_template"). The board
+    has no Jinja to run it, so the template is not executed: its call marker says which family's
+    format (re-stated in toolcalls_render with its source) the model was trained on. The bundles
+    Qualcomm publishes (ai-hub-apps v0.20.0 tutorials/llm_on_genie/configs) name only a
+    ``tokenizer.json``: then the serve config's ``tool_format`` decides.
+    """
+    try:
+        with open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8") as fh:
+            template = json.load(fh).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(template, list):     # several named templates: [{"name": ..., "template": ...}]
+        template = " ".join(str(t.get("template", "")) for t in template if isinstance(t, dict))
+    if not isinstance(template, str):
+        return None
+    return next((family for marker, family in TEMPLATE_MARKERS if marker in template), None)
+
 
 class GenieEngine(Engine):
-    """Genie through GenieDialog.h: one dialog created at start; a query per job, reset after it."""
+    """Genie through GenieDialog.h: one dialog created at start; a query per job, reset after it.
+
+    Genie takes prompt text and has no constrained decoding: tools work through the family's prompt
+    format (config ``tool_format``, or the bundle's template) with the service parsing the answer,
+    and JSON output through an instruction in the prompt, validation and one retry.
+    """
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__(cfg)
+        found = bundle_tool_format(str(cfg.get("model_dir") or ""))
+        if found and cfg.get("tool_format") != found:
+            if cfg.get("tool_format"):
+                print(f"edge-llm-serve: the bundle's chat template writes {found} tool calls; the config said "
+                      f"{cfg['tool_format']}: using the bundle's", file=sys.stderr)
+            cfg["tool_format"] = found
+        self.capabilities = {"tools": bool(cfg.get("tool_format")), "json_object": True, "json_schema": True,
+                             "grammar": False, "constrained": False}
         self.dialog = ctypes.c_void_p()
         self._running: Job | None = None     # the job whose query runs; set and cleared under _lock
         self._lock = threading.Lock()

@@ -1,0 +1,154 @@
+"""A small JSON Schema subset, checked with the standard library, for ``response_format: json_schema``.
+
+Why a subset and not a library: the board's image carries the service on the standard library only,
+and Genie has no constrained decoding, so the service must itself say whether an answer fits. The
+keywords below are the ones OpenAI's Structured Outputs guide lists as supported ("Supported
+schemas": type, properties, required, items, enum, const, additionalProperties, and the string,
+number and array bounds), with their meaning from JSON Schema 2020-12 (json-schema.org/draft/2020-12,
+"Validation" vocabulary). A schema that uses any other keyword is refused when the request arrives
+(:func:`unsupported`): a keyword that is not checked would be a promise silently not kept.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: keywords that constrain, all checked by :func:`problems`
+CHECKED = frozenset({"type", "properties", "required", "items", "enum", "const", "additionalProperties",
+                     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+                     "minItems", "maxItems"})
+#: keywords that only annotate (JSON Schema 2020-12 "Meta-Data" vocabulary, $schema/$id/$comment)
+ANNOTATIONS = frozenset({"title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
+                         "$schema", "$id", "$comment"})
+TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+
+def unsupported(schema: Any, where: str = "schema") -> tuple[str, str] | None:
+    """(path, why) of the first part of ``schema`` this checker cannot enforce, or None."""
+    if isinstance(schema, bool):
+        return None
+    if not isinstance(schema, dict):
+        return where, "a schema must be a JSON object"
+    for key, value in schema.items():
+        if key not in CHECKED and key not in ANNOTATIONS:
+            return f"{where}.{key}", f"the keyword {key!r} is not supported (supported: {', '.join(sorted(CHECKED))})"
+        if key == "type":
+            kinds = value if isinstance(value, list) else [value]
+            if not kinds or any(k not in TYPES for k in kinds):
+                return f"{where}.type", f"must be one of {', '.join(TYPES)} (or a list of them)"
+        elif key == "properties":
+            if not isinstance(value, dict):
+                return f"{where}.properties", "must be an object of schemas"
+            for name, sub in value.items():
+                found = unsupported(sub, f"{where}.properties.{name}")
+                if found:
+                    return found
+        elif key in ("items", "additionalProperties"):
+            found = unsupported(value, f"{where}.{key}")
+            if found:
+                return found
+        elif key == "required" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{where}.required", "must be a list of property names"
+        elif key == "enum" and not isinstance(value, list):
+            return f"{where}.enum", "must be a list"
+        elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and \
+                (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{where}.{key}", "must be a number"
+        elif key in ("minLength", "maxLength", "minItems", "maxItems") and \
+                (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            return f"{where}.{key}", "must be a non-negative integer"
+    return None
+
+
+def _is(kind: str, value: Any) -> bool:
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "array":
+        return isinstance(value, list)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "null":
+        return value is None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    # 2020-12: an integer is a number with a zero fractional part (1.0 is an integer)
+    return kind == "number" or (math.isfinite(value) and float(value).is_integer())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: true is not 1, 1 is 1.0 (Python's == says True == 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def problems(value: Any, schema: Any, where: str = "$", limit: int = 5) -> list[str]:
+    """What in ``value`` does not fit ``schema`` (at most ``limit`` lines, JSONPath-like), empty when it fits."""
+    out: list[str] = []
+    _walk(value, schema, where, out, limit)
+    return out[:limit]
+
+
+def _walk(value: Any, schema: Any, where: str, out: list[str], limit: int) -> None:
+    if len(out) >= limit or schema is True or schema == {}:
+        return
+    if schema is False:
+        out.append(f"{where}: no value is allowed here")
+        return
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if not any(_is(k, value) for k in kinds):
+            out.append(f"{where}: expected {' or '.join(kinds)}, got {_kind_of(value)}")
+            return
+    if "const" in schema and not _same(value, schema["const"]):
+        out.append(f"{where}: must be {schema['const']!r}")
+    if "enum" in schema and not any(_same(value, e) for e in schema["enum"]):
+        out.append(f"{where}: must be one of {schema['enum']!r}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for key, bad in (("minimum", lambda b: value < b), ("maximum", lambda b: value > b),
+                         ("exclusiveMinimum", lambda b: value <= b), ("exclusiveMaximum", lambda b: value >= b)):
+            if key in schema and bad(schema[key]):
+                out.append(f"{where}: {value} breaks {key} {schema[key]}")
+    if isinstance(value, str):
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            out.append(f"{where}: shorter than {schema['minLength']} characters")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            out.append(f"{where}: longer than {schema['maxLength']} characters")
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            out.append(f"{where}: fewer than {schema['minItems']} items")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            out.append(f"{where}: more than {schema['maxItems']} items")
+        if "items" in schema:
+            for n, item in enumerate(value):
+                _walk(item, schema["items"], f"{where}[{n}]", out, limit)
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for name in schema.get("required") or ():
+            if name not in value:
+                out.append(f"{where}: missing required property {name!r}")
+        extra = schema.get("additionalProperties", True)
+        for name, item in value.items():
+            if name in props:
+                _walk(item, props[name], f"{where}.{name}", out, limit)
+            elif extra is False:
+                out.append(f"{where}: property {name!r} is not allowed")
+            elif isinstance(extra, dict):
+                _walk(item, extra, f"{where}.{name}", out, limit)
+
+
+def _kind_of(value: Any) -> str:
+    for kind in ("null", "boolean", "integer", "number", "string", "array", "object"):
+        if _is(kind, value):
+            return kind
+    return type(value).__name__
