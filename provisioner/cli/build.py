@@ -11,14 +11,16 @@ from provisioner.ui import Reporter, print_json, stdout
 
 @click.command("build")
 @click.argument("manifest", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("releases"), show_default=True,
-              help="Where <release-id>/ (release.json, kas/, flash/, logs/) is written.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Where <release-id>/ (release.json, kas/, flash/, logs/) is written. Default: releases/ "
+                   "beside MANIFEST, so a release lands by the manifest that made it whatever the current "
+                   "directory (this repository's .gitignore ignores releases/; ignore it in yours too).")
 @click.option("--config", "config", type=click.Path(path_type=Path), default=None,
               help="Host build config (folders, engine, mirrors); default $PROVISIONER_BUILD_CONFIG or "
                    "~/.config/edge-llm/build.yaml.")
 @click.option("--dry-run", is_flag=True, help="Print the exact kas-container command and environment; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result on stdout.")
-def command(manifest: Path, out_dir: Path, config: Path | None, dry_run: bool, as_json: bool) -> None:
+def command(manifest: Path, out_dir: Path | None, config: Path | None, dry_run: bool, as_json: bool) -> None:
     """Build the QLI image for MANIFEST in kas-container and collect <out>/<release-id>/.
 
     Shared folders (KAS_WORK_DIR, KAS_BUILD_DIR, DL_DIR, SSTATE_DIR, KAS_REPO_REF_DIR) persist
@@ -29,6 +31,7 @@ def command(manifest: Path, out_dir: Path, config: Path | None, dry_run: bool, a
     from provisioner.image.host_config import load_host_config
 
     reporter = Reporter(quiet=as_json)
+    out_dir = out_dir if out_dir is not None else default_out(manifest)
     ctx = context.current()
     host = load_host_config(config, env=ctx.env) if config else None
     from provisioner.ota.commit import collect as collect_ota
@@ -55,3 +58,8 @@ def command(manifest: Path, out_dir: Path, config: Path | None, dry_run: bool, a
                     "duration_s": round(result.duration_s, 1), "summary": result.summary})
     else:
         stdout.print(f"release ready: {result.release_dir}", markup=False)
+
+
+def default_out(manifest: Path) -> Path:
+    """``releases/`` beside the manifest: never the current directory, which may be any checkout."""
+    return manifest.parent / "releases"

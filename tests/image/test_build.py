@@ -453,6 +453,26 @@ def test_cli_build_json_result(env, tmp_path, capsys):
     assert data["summary"]["sstate"]["match_pct"] == 92 and data["summary"]["status"] == "ok"
 
 
+def test_cli_build_without_out_writes_releases_beside_the_manifest_not_the_current_directory(
+        env, tmp_path, capsys, monkeypatch):
+    """Run from a checkout (any current directory), the release lands in ``releases/`` beside the manifest."""
+    cwd = tmp_path / "checkout"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    manifest = write_manifest(tmp_path)
+    rc = main(["build", str(manifest), "--json"])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["release_dir"] == str(manifest.parent / "releases" / "rel-7")
+    assert (manifest.parent / "releases" / "rel-7" / "release.json").is_file()
+    assert list(cwd.iterdir()) == []
+
+
+def test_the_default_release_folder_is_ignored_by_git(repo_root):
+    """``provisioner build examples/X.yaml`` writes examples/releases/: never untracked output in the checkout."""
+    ignored = [ln.strip() for ln in (repo_root / ".gitignore").read_text().splitlines()]
+    assert "releases/" in ignored
+
 def _sota_manifest(tmp_path: Path) -> Path:
     m = write_manifest(tmp_path)
     m.write_text(m.read_text() + "image:\n  ota: ostree\n")
