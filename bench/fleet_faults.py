@@ -29,12 +29,12 @@ from typing import Any  # noqa: E402
 import yaml  # noqa: E402
 
 from provisioner import catalog  # noqa: E402
-from provisioner.artifacts.hashing import sha256_file  # noqa: E402
 from provisioner.contracts import board as on_board  # noqa: E402
 from provisioner.errors import FleetError  # noqa: E402
 from provisioner.fleet import deploy_index, run_fleet  # noqa: E402
 from provisioner.fleet.inventory import group_name  # noqa: E402
 from provisioner.fleet.runner import EventCollector, ansible_env  # noqa: E402
+from provisioner.hashing import sha256_file  # noqa: E402
 from provisioner.manifest import load_manifest  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402
 from provisioner.sim import bundle, host  # noqa: E402

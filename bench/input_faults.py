@@ -26,7 +26,7 @@ from collections.abc import Callable  # noqa: E402
 from functools import partial  # noqa: E402
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
-from provisioner.artifacts.hashing import sha256_file  # noqa: E402
+from provisioner.hashing import sha256_file  # noqa: E402
 from provisioner.sim import synthetic_models as sm  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "gemma4-e2b-iq8275.yaml"

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.artifacts.hashing import hash_files
 from provisioner.artifacts.inspect import Inspection, inspect_path
 from provisioner.errors import ArtifactError
+from provisioner.hashing import hash_files
 from provisioner.manifest import Manifest, Model, Problem
 
 

@@ -22,11 +22,11 @@ from types import ModuleType
 from typing import Any
 
 from provisioner import catalog, shipped
-from provisioner.artifacts.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, read_sidecar
 from provisioner.contracts import board as on_board
 from provisioner.contracts import pins
 from provisioner.contracts.pins import litert_tarball, model_recipe, qairt_recipe
 from provisioner.errors import RenderError
+from provisioner.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, read_sidecar
 from provisioner.manifest import Manifest, Model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -241,7 +241,7 @@ def _qairt_checksums(version: str, dl_dir: Path | None) -> dict[str, str | None]
     """The zip's sha256 and LICENSE.pdf md5: catalog values, else what `provisioner fetch` recorded.
 
     The plan reads facts, it hashes nothing: ``fetch`` writes ``<zip>.sha256`` and
-    ``<zip>.license.md5`` beside the zip (:func:`provisioner.artifacts.hashing.read_sidecar`). Never
+    ``<zip>.license.md5`` beside the zip (:func:`provisioner.hashing.read_sidecar`). Never
     guessed: unknown values stay None and the recipe stops at do_fetch with the fix.
     """
     entry = catalog.qairt_catalog()["versions"].get(version, {})

@@ -7,8 +7,8 @@ The rule, checked on every module (``ast``, module- and function-level imports a
   cannot depend on how artifacts are fetched, the station not on how the fleet verifies.
 - Shared foundations any module may import: ``contracts`` (the typed hand-over between stages),
   ``errors``, ``ui``, ``process``, ``steps``, ``tools``, ``shipped``,
-  ``yamlsafe``, ``artifacts.hashing`` (sha256 of a file/tree, used by every stage). Foundations
-  import only foundations and ``catalog`` (data, not a stage's logic).
+  ``yamlsafe``, ``hashing`` (sha256 of a file/tree, used by every stage). Foundations import only
+  foundations and ``catalog`` (data, not a stage's logic): the contracts stand on no stage.
 - ``station`` and ``fleet`` read models, pins and thresholds from the release contract, never from
   the ``Manifest`` nor from the image stage that writes it: they may not import ``manifest``, ``plan``
   or ``image``.
@@ -36,7 +36,7 @@ PKG = Path(provisioner.__file__).resolve().parent
 STAGES = {"catalog": 0, "manifest": 0, "plan": 1, "artifacts": 2, "check": 2, "image": 3, "station": 4, "ota": 4,
           "fleet": 5}
 FOUNDATIONS = {"contracts", "context", "errors", "ui", "process", "steps", "tools", "shipped",
-               "yamlsafe", "artifacts.hashing"}
+               "yamlsafe", "hashing"}
 EDGES = {"cli", "rehearse", "rehearse_ota", "__main__", "__init__"}
 SIM_USERS = {"rehearse", "rehearse_ota", "cli.sim"}
 
@@ -144,6 +144,9 @@ def test_rule_catches_a_backward_import():
     assert _violation("station.bundle", "image.release")
     assert _violation("station.bundle", "contracts.release") is None
     assert _violation("plan", "contracts.inventory") is None
+    assert _violation("contracts.release", "artifacts.fetch") == "a foundation imports a stage"
+    assert _violation("plan", "artifacts.fetch")
+    assert _violation("plan", "hashing") is None and _violation("contracts.release", "hashing") is None
     assert _violation("cli.sim", "sim.board") is None
 
 

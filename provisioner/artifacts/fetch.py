@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog, context
-from provisioner.artifacts.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, write_sidecar
 from provisioner.errors import FetchError, UserError
+from provisioner.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, write_sidecar
 from provisioner.manifest import Manifest
 from provisioner.ui import Reporter
 

@@ -30,7 +30,7 @@ def command(path: Path, board_id: str | None, do_hash: bool, as_json: bool) -> N
     ins = inspect_path(path, board)
     hashes: dict[str, str] = {}
     if do_hash:
-        from provisioner.artifacts.hashing import artifact_files, hash_files  # threads: only when asked
+        from provisioner.hashing import artifact_files, hash_files  # threads: only when asked
 
         if path.is_dir():  # only what the Genie reader confined to the bundle: no symlink out of it is read
             from provisioner.artifacts.genie import bundle_files

@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
-from provisioner.artifacts.hashing import sha256_file
 from provisioner.contracts import inventory
 from provisioner.errors import ArtifactError
+from provisioner.hashing import sha256_file
 
 FORMAT = 1
 RELEASE_JSON = "release.json"

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
-from provisioner.artifacts.hashing import SHA256_RE, sha256_file
 from provisioner.contracts import board as on_board
 from provisioner.contracts.release import MODEL_KINDS, RUNTIMES
 from provisioner.errors import FleetError
 from provisioner.fleet.inventory import atomic_write
 from provisioner.fleet.service import instance_unit
+from provisioner.hashing import SHA256_RE, sha256_file
 
 CACHE_NAME = ".edge-llm-index.json"
 PREVIOUS = "previous"      # symlink beside ``current``: the version a rollback returns to

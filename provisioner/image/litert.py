@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import context, shipped
-from provisioner.artifacts.hashing import sha256_file
 from provisioner.contracts import board as on_board
 from provisioner.contracts import pins
 from provisioner.errors import BuildError
+from provisioner.hashing import sha256_file
 from provisioner.steps import Step, StepEvent, StepRunner
 from provisioner.ui import Reporter
 

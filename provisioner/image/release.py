@@ -20,7 +20,6 @@ from typing import Any
 import yaml
 
 from provisioner import catalog
-from provisioner.artifacts.hashing import sha256_file
 from provisioner.contracts import board as on_board
 from provisioner.contracts.release import (  # noqa: F401 - re-exported for the image stage's callers
     FORMAT,
@@ -37,6 +36,7 @@ from provisioner.contracts.release import (  # noqa: F401 - re-exported for the 
     tree_digest,
 )
 from provisioner.errors import ArtifactError, UserError
+from provisioner.hashing import sha256_file
 
 # (ostreecommit tarball, release staging dir, machine) -> release.json "ota" (provisioner.ota.commit.collect)
 OtaCollector = Callable[[Path, Path, str], dict[str, Any]]

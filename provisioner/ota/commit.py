@@ -18,9 +18,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from provisioner import catalog
-from provisioner.artifacts.hashing import SHA256_RE, sha256_file
 from provisioner.contracts.release import check_member_name, extract_checked
 from provisioner.errors import ArtifactError
+from provisioner.hashing import SHA256_RE, sha256_file
 from provisioner.ota import OTA_KINDS, TARBALL_PATH, ostree
 
 #: a commit id: a sha256 in lowercase hex (ostree-core.c ostree_validate_structureof_checksum_string)

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.artifacts.hashing import sha256_file
 from provisioner.contracts.release import RELEASE_JSON
 from provisioner.errors import ArtifactError, UserError
+from provisioner.hashing import sha256_file
 from provisioner.ota import INDEX_FILE, RELEASE_REF_PREFIX, ostree
 from provisioner.ota.commit import extract_repo, release_ota
 from provisioner.ota.secrets import find_secrets

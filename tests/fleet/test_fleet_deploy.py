@@ -26,10 +26,10 @@ import pytest
 import yaml
 
 from provisioner import catalog
-from provisioner.artifacts.hashing import sha256_file
 from provisioner.contracts import board as on_board
 from provisioner.fleet import deploy_index
 from provisioner.fleet.api import run_fleet
+from provisioner.hashing import sha256_file
 from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 
