@@ -97,7 +97,9 @@ LITERT_LM_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "litert_lm_conversation_config_create": (_P, []),  # engine.h:156
     "litert_lm_conversation_config_set_session_config": (None, [_P, _P]),  # engine.h:162
     "litert_lm_conversation_config_set_system_message": (None, [_P, _S]),   # engine.h:170: the content, as JSON
+    "litert_lm_conversation_config_set_tools": (None, [_P, _S]),            # engine.h:177; JSON array (tools)
     "litert_lm_conversation_config_set_messages": (None, [_P, _S]),         # engine.h:184; JSON array (history)
+    "litert_lm_conversation_config_set_enable_constrained_decoding": (None, [_P, ctypes.c_bool]),  # engine.h:199
     "litert_lm_conversation_config_delete": (None, [_P]),  # engine.h:214
     "litert_lm_conversation_create": (_P, [_P, _P]),              # engine.h:697; engine, conversation config
     "litert_lm_conversation_delete": (None, [_P]),  # engine.h:704

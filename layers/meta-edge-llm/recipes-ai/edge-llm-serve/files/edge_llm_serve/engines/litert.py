@@ -9,6 +9,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -94,8 +95,95 @@ def runtime_log_report(text: str, backend: str) -> tuple[str | None, list[str], 
     return (validated.group(1).lower() if validated else None), notes, "".join(f"{ln}\n" for ln in kept)
 
 
+# The runtime's parser refusing a tool-call block the model wrote (runtime/components/tool_use/
+# parser_utils.cc:135-138 at cbf463d): "Failed to parse tool calls from response: ...".
+_BAD_CALL = "Failed to parse tool calls"
+
+
+def _json_or_text(text: Any) -> Any:
+    """A JSON value when ``text`` is JSON (as OpenAI clients send arguments and tool results), else ``text``."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _plain(content: Any) -> str:
+    """An OpenAI message ``content`` (null, a string or a list of parts) as its text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+
+
+def runtime_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI chat messages (without system/developer turns) as the Conversation API's JSON messages.
+
+    The shapes are the runtime's own: an assistant turn carries ``tool_calls`` as
+    ``{"type": "function", "function": {"name", "arguments": <object>}}`` (what the runtime's parser
+    returns, runtime/components/tool_use/parser_utils.cc:129-132 at cbf463d, and what the model data
+    processors format back, e.g. gemma3_data_processor.cc MessageToTemplateInput); a tool result is
+    ``{"role": "tool", "content": [{"type": "tool_response", "name", "response"}]}`` as Google's binding
+    sends it (python/litert_lm/conversation.py:107-114, litert-lm-api 0.12.0). A null ``content`` becomes
+    "" so templates that test ``content is string`` render the turn.
+    """
+    names: dict[str, str] = {}
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant" and m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                f = c.get("function") or {}
+                names[str(c.get("id"))] = f.get("name", "")
+                args = _json_or_text(f.get("arguments") or "{}")
+                calls.append({"type": "function", "function": {"name": f.get("name", ""), "arguments": args}})
+            out.append({"role": "assistant", "content": _plain(m.get("content")), "tool_calls": calls})
+        elif role == "tool":
+            out.append({"role": "tool", "content": [{
+                "type": "tool_response", "name": names.get(str(m.get("tool_call_id")), ""),
+                "response": _json_or_text(_plain(m.get("content")))}]})
+        else:
+            out.append({"role": role, "content": _plain(m.get("content"))})
+    return out
+
+
+def openai_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runtime's parsed ``tool_calls`` of one streamed message in OpenAI's shape: an id for each, and
+    ``arguments`` as JSON text (the runtime gives an object, parser_utils.cc:129-132 at cbf463d)."""
+    calls = []
+    for c in message.get("tool_calls") or []:
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            continue
+        args = f.get("arguments", {})
+        text = args if isinstance(args, str) else json.dumps(args)
+        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                      "function": {"name": f["name"], "arguments": text}})
+    return calls
+
+
 class LiteRtLmEngine(Engine):
-    """LiteRT-LM through c/engine.h: one engine (weights on the NPU), a session or conversation per job."""
+    """LiteRT-LM through c/engine.h: one engine (weights on the NPU), a session or conversation per job.
+
+    Tools go through the runtime's own machinery: the conversation is created with them
+    (``litert_lm_conversation_config_set_tools``), the model's data processor renders them with the
+    model's template and parses the calls of Gemma 3/3n, Gemma 4, FunctionGemma, Qwen 3 and Qwen 2.5
+    models (model_data_processor_factory.cc:344-360 at cbf463d); a ``generic`` model's processor
+    returns text only (generic_data_processor.cc ToMessageImpl). Constrained decoding is asked for with
+    tools: through the pinned C API it can only constrain tool calls, only for the Gemma-family
+    processors (their CreateConstraint; conversation.cc:280-292) with a Gemma SentencePiece vocabulary,
+    in the mode the model's metadata names (text and/or a call, or a call only). The C API has no way
+    to pass a JSON-schema, regex or Lark constraint (LiteRtLmConversationOptionalArgs carries only a
+    visual token budget, engine.h:221-234; no ConstraintProviderConfig setter), so ``response_format``
+    and ``tool_choice`` required/named are checked by the service, which retries: ``constrained`` is False.
+    """
+
+    capabilities = {"tools": True, "json_object": True, "json_schema": True, "grammar": False,
+                    "constrained": False}
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__(cfg)
@@ -103,6 +191,9 @@ class LiteRtLmEngine(Engine):
         # (job, "session"|"conversation", handle) being generated; read and cleared under _lock
         self._active: tuple[Job, str, int] | None = None
         self.context: int | None = None                  # the model's context in tokens, once the runtime named it
+        # False once the runtime refused a conversation with constrained decoding (a model whose processor
+        # or vocabulary the constraint library does not support): tools then go without it.
+        self.constrain_tools = bool(cfg.get("constrained_decoding", True))
         self._lock = threading.Lock()
 
     def load(self) -> None:
@@ -168,14 +259,18 @@ class LiteRtLmEngine(Engine):
         lib = self.lib
         done = threading.Event()
         state: dict[str, Any] = {"error": None, "stop": False, "emitted": False}
+        calls: list[dict[str, Any]] = []         # the runtime's parsed tool calls, in OpenAI's shape
 
         def on_chunk(_data: Any, chunk: bytes | None, is_final: bool, error: bytes | None) -> None:
             if chunk:
                 state["emitted"] = True
             if error:
                 state["error"] = error.decode("utf-8", "replace")
-            elif chunk and not state["stop"] and not emit(_chunk_text(chunk.decode("utf-8", "replace"))):
-                state["stop"] = True
+            elif chunk and not state["stop"]:
+                text, found = _chunk_parts(chunk.decode("utf-8", "replace"))
+                calls.extend(found)
+                if (text or not found) and not emit(text):
+                    state["stop"] = True
             if is_final or error:
                 done.set()
 
@@ -206,16 +301,16 @@ class LiteRtLmEngine(Engine):
                     # {"role": "system", "content": <it, parsed as JSON>} itself; a whole message here
                     # became a nested object and the system turn rendered empty. A JSON string is the content.
                     lib.litert_lm_conversation_config_set_system_message(cc, json.dumps(job.system).encode())
-                if len(job.messages) > 1:
-                    lib.litert_lm_conversation_config_set_messages(cc, json.dumps(job.messages[:-1]).encode())
-                conv = lib.litert_lm_conversation_create(self.engine, cc)
-                if not conv:
-                    raise RuntimeFailed("litert_lm_conversation_create failed")
+                messages = job.messages if job.tools is None else runtime_messages(
+                    [m for m in job.tools.messages if m.get("role") not in ("system", "developer")])
+                if len(messages) > 1:
+                    lib.litert_lm_conversation_config_set_messages(cc, json.dumps(messages[:-1]).encode())
+                conv = self._conversation(cc, job)
                 handles.append(("conversation", conv))
                 with self._lock:
                     self._active = (job, "conversation", conv)
-                rc = lib.litert_lm_conversation_send_message_stream(
-                    conv, json.dumps(job.messages[-1]).encode(), None, None, callback, None)
+                rc = lib.litert_lm_conversation_send_message_stream(      # engine.h:761
+                    conv, json.dumps(messages[-1]).encode(), None, None, callback, None)
             if rc != 0:
                 raise RuntimeFailed(f"LiteRT-LM refused to start the stream (status {rc})")
             timeout = float(self.cfg.get("timeout_s") or DEFAULTS["timeout_s"])
@@ -242,6 +337,9 @@ class LiteRtLmEngine(Engine):
                     self.context = int(too_long.group(2))
                     raise ContextFull(f"the prompt is {too_long.group(1)} tokens; this model's context is "
                                       f"{too_long.group(2)} tokens (prompt and answer together)")
+                if _BAD_CALL in state["error"]:
+                    raise RuntimeFailed("the model wrote a tool call that LiteRT-LM's parser could not read: "
+                                        f"{state['error'][:300]}")
                 raise RuntimeFailed(f"LiteRT-LM: {state['error']}")
             kind, handle = handles[-1]
             getter = (lib.litert_lm_session_get_benchmark_info if kind == "session"
@@ -253,6 +351,8 @@ class LiteRtLmEngine(Engine):
             used = int(figures.get("prefill_tokens") or 0) + int(figures.get("decode_tokens") or 0)
             if full or (context and used >= context and not (cancelled or state["stop"])):
                 figures["finish_reason"] = "length"
+            if job.tools is not None and job.kind != "completion":
+                figures["tool_calls"] = calls        # parsed by the runtime (none from a generic model)
             return figures
         finally:
             with self._lock:
@@ -262,6 +362,33 @@ class LiteRtLmEngine(Engine):
                  "conversation_config": lib.litert_lm_conversation_config_delete}[kind](handle)
             lib.litert_lm_session_config_delete(sc)
             del callback
+
+    def _conversation(self, cc: int, job: Job) -> int:
+        """The job's conversation, created with its tools when it has any (shown to the model unless
+        tool_choice is "none"; only the named one when one is forced), with constrained decoding asked
+        for beside them. A runtime that cannot constrain this model's calls refuses the whole
+        conversation (e.g. "Unsupported vocabulary type for Fst-Constraints library"): it is created
+        again without, and later jobs do not ask."""
+        lib = self.lib
+        shown = job.tools.shown_tools if job.tools is not None else None
+        if shown:
+            # engine.h:177 / engine.cc:914-923: a JSON array, OpenAI's {"type": "function", "function": {...}}
+            # as Google's binding builds it (python/litert_lm/tools.py:115-122, litert-lm-api 0.12.0).
+            lib.litert_lm_conversation_config_set_tools(cc, json.dumps(shown).encode())
+        constrained = bool(shown) and self.constrain_tools
+        if constrained:
+            lib.litert_lm_conversation_config_set_enable_constrained_decoding(cc, True)     # engine.h:199
+        conv = lib.litert_lm_conversation_create(self.engine, cc)                           # engine.h:697
+        if not conv and constrained:
+            self.constrain_tools = False
+            sys.stderr.write("edge-llm-serve: LiteRT-LM cannot constrain this model's tool calls "
+                             "(its conversation was refused with constrained decoding); tools go without it\n")
+            sys.stderr.flush()
+            lib.litert_lm_conversation_config_set_enable_constrained_decoding(cc, False)    # engine.h:199
+            conv = lib.litert_lm_conversation_create(self.engine, cc)
+        if not conv:
+            raise RuntimeFailed("litert_lm_conversation_create failed")
+        return conv
 
     def _benchmark(self, info: int | None) -> dict[str, Any]:
         if not info:
@@ -294,16 +421,19 @@ class LiteRtLmEngine(Engine):
                 self.lib.litert_lm_conversation_cancel_process(handle)     # engine.h:787
 
 
-def _chunk_text(chunk: str) -> str:
-    """A stream chunk's text: the Conversation API streams JSON messages, the Session API plain text."""
+def _chunk_parts(chunk: str) -> tuple[str, list[dict[str, Any]]]:
+    """A stream chunk's text and tool calls: the Conversation API streams JSON messages (engine.cc
+    CreateConversationCallback; a tool call arrives whole, in a message of its own, once its closing
+    fence came: runtime/conversation/internal_callback_util.cc), the Session API plain text."""
     if chunk.startswith("{"):
         try:
             msg = json.loads(chunk)
         except ValueError:
-            return chunk
-        content = msg.get("content") if isinstance(msg, dict) else None
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return chunk
+            return chunk, []
+        if not isinstance(msg, dict):
+            return chunk, []
+        content = msg.get("content")
+        text = content if isinstance(content, str) else (
+            "".join(p.get("text", "") for p in content if isinstance(p, dict)) if isinstance(content, list) else "")
+        return text, openai_tool_calls(msg)
+    return chunk, []

@@ -1,0 +1,282 @@
+"""Tool calls and structured output on Google's real LiteRT-LM runtime (PyPI litert-lm-api 0.12.0, the C ABI of
+the pinned cbf463d), through the runtime's own machinery: tools set on the conversation
+(``litert_lm_conversation_config_set_tools``), the whole conversation as the runtime's JSON messages, its
+model data processor rendering tools and tool results with the model's template and parsing the calls.
+
+The models are ../shared/realworld/litertlm/tiny/tiny-eos.litertlm (``llm_model_type`` generic, a template
+that shows text only) and the same weights and tokenizer re-packed at test time with the official
+litert-lm-builder as a ``qwen3`` model (whose processor parses ``<tool_call>`` JSON blocks) with a template
+that renders tools, calls and results. Their weights are random, so the assertions are on structure:
+what reached the model (its answer changes with the tool result), the shapes, and what the runtime refuses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.serve.test_real_runtime import REALWORLD, TINY, real_library
+
+UPSTREAM_HEADER = REALWORLD / "upstream" / "LiteRT-LM-cbf463d" / "c" / "engine.h"
+
+# Written for these tests: the tiny model's Gemma-style turns (make_tiny_litertlm.py's JINJA_TEMPLATE) with
+# the tool sections in the format of Qwen3's chat template (google-ai-edge/LiteRT-LM cbf463d,
+# runtime/components/testdata/Qwen-Qwen3-0.6B.jinja): tools as JSON lines inside <tools></tools> in a system
+# turn, calls as <tool_call>{"name", "arguments"}</tool_call>, results inside <tool_response></tool_response>
+# in a user turn. The qwen3 processor parses <tool_call> blocks (qwen3_data_processor_config.h at cbf463d).
+TOOL_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if tools -%}{{ '<start_of_turn>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' -%}{{ messages[0]['content'] | trim }}{{ '\n\n' }}{%- endif -%}"
+    "{{ '# Tools\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}"
+    "{%- for tool in tools -%}{{ '\n' }}{{ tool | tojson }}{%- endfor -%}"
+    "{{ '\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags.<end_of_turn>\n' }}{%- endif -%}"
+    "{%- for message in messages -%}{%- if not (tools and loop.first and message['role'] == 'system') -%}"
+    "{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}"
+    "{%- elif message['role'] == 'tool' -%}{%- set role = 'user' -%}"
+    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{%- if message['content'] is string -%}{{ message['content'] | trim }}"
+    "{%- elif message['content'] -%}{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}"
+    "{%- elif item['type'] == 'tool_response' -%}"
+    "{{ '<tool_response>\n' }}{{ item['response'] | tojson }}{{ '\n</tool_response>' }}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{%- if message['tool_calls'] -%}{%- for call in message['tool_calls'] -%}"
+    "{{ '<tool_call>\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' }}"
+    "{{ call['function']['arguments'] | tojson }}{{ '}\n</tool_call>' }}{%- endfor -%}{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def repack(tmp: Path, model_type: str, template: str | None = None) -> Path:
+    """tiny-eos.litertlm re-packed by the official litert-lm-builder with another ``llm_model_type`` (and
+    chat template): the same tokenizer and weights, another model data processor in the runtime."""
+    builder = pytest.importorskip("litert_lm_builder.litertlm_builder", reason="litert-lm-builder is not installed")
+    from google.protobuf import text_format
+    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+    if not TINY.is_dir():
+        pytest.skip(f"{TINY.resolve()} is absent: the real-runtime tests need ../shared/realworld")
+    work = tmp / f"unpacked-{model_type}"
+    toml = builder.unpack(str(TINY / "tiny-eos.litertlm"), str(work))
+    meta_path = work / "LlmMetadataProto.pbtext"
+    meta = text_format.Parse(meta_path.read_text(), llm_metadata_pb2.LlmMetadata())
+    getattr(meta.llm_model_type, model_type).SetInParent()
+    if template is not None:
+        meta.jinja_prompt_template = template
+    meta_path.write_text(text_format.MessageToString(meta))
+    out = tmp / "models" / f"tiny-{model_type}.litertlm"
+    out.parent.mkdir(exist_ok=True)
+    builder.pack(toml, str(out))
+    shutil.rmtree(work)
+    return out
+
+
+@pytest.fixture(scope="module")
+def serve_pkg():
+    from provisioner.fleet.onboard import serve
+    return serve
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("tool-models")
+    return {"qwen3": repack(tmp, "qwen3", TOOL_TEMPLATE), "gemma3": repack(tmp, "gemma3")}
+
+
+class _Engines:
+    """One real engine per model file, loaded once for the module (each load is ~0.1 s of the runtime)."""
+
+    def __init__(self, serve) -> None:
+        self.serve, self.loaded = serve, {}
+
+    def __call__(self, model: Path):
+        if model not in self.loaded:
+            eng = self.serve.LiteRtLmEngine({"runtime": "litert_lm", "library": str(real_library()),
+                                             "model_dir": str(model.parent), "model_file": model.name,
+                                             "backend": "cpu", "cache_dir": ":nocache"})
+            eng.load()
+            self.loaded[model] = eng
+        return self.loaded[model]
+
+    def close(self) -> None:
+        for eng in self.loaded.values():
+            eng.lib.litert_lm_engine_delete(eng.engine)
+
+
+@pytest.fixture(scope="module")
+def engines(serve_pkg):
+    e = _Engines(serve_pkg)
+    yield e
+    e.close()
+
+
+def run(serve, engine, messages: list[dict], tools: list[dict] | None, choice: str = "auto",
+        name: str | None = None, max_tokens: int = 12) -> tuple[str, dict]:
+    """One chat job on ``engine`` as the service runs it: (the text emitted, the figures)."""
+    from edge_llm_serve.toolcalls import Prepared
+    prepared = Prepared(messages, tools or [], choice, name) if tools is not None else None
+    system = next((m["content"] for m in messages if m["role"] in ("system", "developer")), None)
+    plain = [{"role": m["role"], "content": m.get("content") or ""} for m in messages
+             if m["role"] not in ("system", "developer")]
+    job = serve.Job(kind="chat", prompt="", messages=plain, system=system, max_tokens=max_tokens, tools=prepared)
+    pieces: list[str] = []
+    figures = engine.generate(job, lambda piece: pieces.append(piece) or True)
+    return "".join(pieces), figures
+
+
+def second_turn(result: str) -> list[dict]:
+    """An agent loop's second request: the user's question, the assistant's call (content null) and its result."""
+    return [{"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result}]
+
+
+def test_tool_results_reach_the_model_through_the_runtime(serve_pkg, engines, models):
+    """The runtime renders the assistant's call and the tool's result with the model's template: two different
+    results give two different answers, and the answer of a processor that parses calls is its text part."""
+    eng = engines(models["qwen3"])
+    sunny, figures = run(serve_pkg, eng, second_turn('{"sky": "sunny", "temp_c": 21}'), [WEATHER])
+    rainy, _ = run(serve_pkg, eng, second_turn('{"sky": "rain", "temp_c": 9}'), [WEATHER])
+    assert sunny and rainy and sunny != rainy
+    assert figures["tool_calls"] == []           # random weights write no <tool_call> block
+    assert figures["prefill_tokens"] > 100       # the tools' JSON and the call were in the prompt
+
+
+def test_the_tools_shown_to_the_model_follow_tool_choice(serve_pkg, engines, models):
+    """tool_choice "none" shows no tool, a named function only that one: the prompts differ, so do the answers."""
+    eng = engines(models["qwen3"])
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    answers = {}
+    for choice, name in (("auto", None), ("none", None), ("function", "get_time")):
+        text, figures = run(serve_pkg, eng, ask, [WEATHER, CLOCK], choice, name)
+        answers[choice] = (text, figures["prefill_tokens"])
+    assert answers["none"][1] < answers["function"][1] < answers["auto"][1]
+    assert len({a[0] for a in answers.values()}) == 3
+
+
+def test_a_generic_model_takes_tools_and_answers_text(serve_pkg, engines):
+    """tiny-eos is a generic model: its processor returns text only and its template shows no tools, so the
+    runtime answers as without them; the service learns that no call was parsed."""
+    eng = engines(TINY / "tiny-eos.litertlm")
+    ask = [{"role": "user", "content": "Hello, how are you?"}]
+    plain, _ = run(serve_pkg, eng, ask, None)
+    with_tools, figures = run(serve_pkg, eng, ask, [WEATHER])
+    assert with_tools == plain and figures["tool_calls"] == []
+
+
+def test_a_runtime_that_cannot_constrain_the_model_still_answers(serve_pkg, engines, models, capfd):
+    """On a Gemma 3 model the runtime's tool-call constraint needs a Gemma vocabulary: with the tiny one it
+    refuses the conversation ("Unsupported vocabulary type for Fst-Constraints library"). The engine says so
+    once and serves tools without constrained decoding."""
+    eng = engines(models["gemma3"])
+    assert eng.constrain_tools
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first, figures = run(serve_pkg, eng, ask, [WEATHER])
+    second, _ = run(serve_pkg, eng, ask, [WEATHER])
+    assert first and first == second and figures["tool_calls"] == []
+    assert not eng.constrain_tools
+    err = capfd.readouterr().err
+    assert err.count("cannot constrain this model's tool calls") == 1
+
+
+def test_the_runtimes_tool_calls_become_openai_tool_calls(serve_pkg):
+    """The runtime's parsed calls (their shape in parser_utils_test.cc at cbf463d: arguments an object, no id)
+    become OpenAI's: an id each, arguments as JSON text; and the request's history goes back in its shape."""
+    from edge_llm_serve.engines import litert
+    streamed = {"role": "assistant", "tool_calls": [
+        {"type": "function", "function": {"name": "tool_1", "arguments": {"x": 1}}},
+        {"type": "function", "function": {"name": "tool_2", "arguments": {"y": "two"}}}]}
+    text, calls = litert._chunk_parts(json.dumps(streamed))
+    assert text == ""
+    assert [c["function"] for c in calls] == [{"name": "tool_1", "arguments": '{"x": 1}'},
+                                              {"name": "tool_2", "arguments": '{"y": "two"}'}]
+    assert all(c["type"] == "function" and re.fullmatch(r"call_[0-9a-f]{24}", c["id"]) for c in calls)
+    assert len({c["id"] for c in calls}) == 2
+    back = litert.runtime_messages(second_turn("not json"))
+    assert back[1] == {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}
+    assert back[2] == {"role": "tool", "content": [
+        {"type": "tool_response", "name": "get_weather", "response": "not json"}]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The ctypes prototypes against the pinned header
+# ---------------------------------------------------------------------------------------------------------
+
+_C_TYPES = {"void": None, "int": ctypes.c_int, "bool": ctypes.c_bool, "double": ctypes.c_double,
+            "float": ctypes.c_float, "size_t": ctypes.c_size_t, "const char*": ctypes.c_char_p,
+            "char*": ctypes.c_char_p, "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32}
+
+
+def _declarations(header: str) -> dict[str, tuple[int, str, list[str]]]:
+    """Every exported function of c/engine.h: name -> (line of its name, return type, parameter types)."""
+    out = {}
+    for m in re.finditer(r"LITERT_LM_C_API_EXPORT\s+([^;{]*?)\b(litert_lm_\w+)\s*\(([^)]*)\)\s*;", header):
+        ret, name, params = m.group(1).strip(), m.group(2), m.group(3).strip()
+        line = header.count("\n", 0, m.start(2)) + 1
+        types = [] if params in ("", "void") else [
+            re.sub(r"\s+", " ", re.sub(r"\s*\w+$", "", p.strip())).replace(" *", "*") for p in params.split(",")]
+        out[name] = (line, ret.replace(" *", "*"), types)
+    return out
+
+
+def _matches(c_type: str, ct) -> bool:
+    c_type = c_type.replace("const ", "") if c_type not in ("const char*",) else c_type
+    if c_type in _C_TYPES or "const " + c_type in _C_TYPES:
+        want = _C_TYPES.get(c_type, _C_TYPES.get("const " + c_type))
+        return ct is want or (want is ctypes.c_int and ct is ctypes.c_int32)
+    if c_type.endswith("*"):                       # an opaque handle, a struct or a callback pointer
+        return ct is ctypes.c_void_p or issubclass(ct, ctypes._Pointer) or hasattr(ct, "_argtypes_")
+    if c_type == "LiteRtLmStreamCallback":
+        return hasattr(ct, "_argtypes_")
+    return False
+
+
+def test_every_litert_prototype_matches_the_pinned_header():
+    """Each function cabi.py binds is declared in c/engine.h at cbf463d, on the line its comment cites, with
+    as many parameters of matching types and a matching return type."""
+    if not UPSTREAM_HEADER.is_file():
+        pytest.skip(f"{UPSTREAM_HEADER.resolve()} is absent: the upstream checks need ../shared/realworld")
+    from edge_llm_serve.engines.cabi import LITERT_LM_PROTOTYPES
+
+    from provisioner.fleet.onboard import SERVE_PACKAGE
+    declared = _declarations(UPSTREAM_HEADER.read_text())
+    cited = {}
+    for ln in (SERVE_PACKAGE / "engines" / "cabi.py").read_text().splitlines():
+        m = re.match(r'\s*"(litert_lm_\w+)":.*#\s*engine\.h:(\d+)', ln)
+        if m:
+            cited[m.group(1)] = int(m.group(2))
+    problems = []
+    for name, (restype, argtypes) in LITERT_LM_PROTOTYPES.items():
+        if name not in declared:
+            problems.append(f"{name}: not in engine.h")
+            continue
+        line, ret, params = declared[name]
+        if not (line - 2 <= cited.get(name, -100) <= line):
+            problems.append(f"{name}: cited engine.h:{cited.get(name)}, declared at {line}")
+        if len(params) != len(argtypes):
+            problems.append(f"{name}: {len(argtypes)} argtypes, engine.h has {len(params)} parameters")
+        problems += [f"{name}: parameter {i} is {c} in engine.h, {a} here"
+                     for i, (c, a) in enumerate(zip(params, argtypes, strict=False)) if not _matches(c, a)]
+        if (restype is None) != (ret == "void") or (restype is not None and not _matches(ret, restype)):
+            problems.append(f"{name}: returns {ret} in engine.h, {restype} here")
+    assert not problems, problems
+    assert {"litert_lm_conversation_config_set_tools",
+            "litert_lm_conversation_config_set_enable_constrained_decoding"} <= set(LITERT_LM_PROTOTYPES)
