@@ -69,7 +69,9 @@ _PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "litert_lm_conversation_config_create": (_P, []),                                   # :156
     "litert_lm_conversation_config_set_session_config": (None, [_P, _P]),               # :162
     "litert_lm_conversation_config_set_system_message": (None, [_P, _S]),               # :170
+    "litert_lm_conversation_config_set_tools": (None, [_P, _S]),                        # :177
     "litert_lm_conversation_config_set_messages": (None, [_P, _S]),                     # :184
+    "litert_lm_conversation_config_set_enable_constrained_decoding": (None, [_P, _B]),  # :199
     "litert_lm_conversation_config_delete": (None, [_P]),                               # :214
     "litert_lm_conversation_create": (_P, [_P, _P]),                                    # :697
     "litert_lm_conversation_delete": (None, [_P]),                                      # :704
@@ -151,9 +153,10 @@ class RealLiteRt:
     def generate(self, payload: str, mode: str, max_tokens: int) -> list[str]:
         """The chunks the runtime streams, as it streams them.
 
-        ``mode`` ``conv``: ``payload`` is the stand-in's envelope ``{"system", "messages", "message"}``
-        (the JSON the service gave conversation_config_set_system_message / _set_messages /
-        send_message_stream); the chunks are the runtime's JSON messages. ``text`` / ``raw``: a
+        ``mode`` ``conv``: ``payload`` is the stand-in's envelope ``{"system", "messages", "tools",
+        "constrained", "message"}`` (what the service gave conversation_config_set_system_message /
+        _set_messages / _set_tools / _set_enable_constrained_decoding and send_message_stream); the
+        chunks are the runtime's JSON messages (with its parsed ``tool_calls`` where the model made any). ``text`` / ``raw``: a
         session prompt with / without the model's prompt template; the chunks are text.
         Raises :class:`RealRuntimeError` with the runtime's error message.
         """
@@ -189,6 +192,10 @@ class RealLiteRt:
                     lib.litert_lm_conversation_config_set_system_message(cc, json.dumps(env["system"]).encode())
                 if env.get("messages"):
                     lib.litert_lm_conversation_config_set_messages(cc, json.dumps(env["messages"]).encode())
+                if env.get("tools"):
+                    lib.litert_lm_conversation_config_set_tools(cc, json.dumps(env["tools"]).encode())
+                if env.get("constrained"):
+                    lib.litert_lm_conversation_config_set_enable_constrained_decoding(cc, True)
                 conv = lib.litert_lm_conversation_create(self.engine, cc)
                 if not conv:
                     raise RealRuntimeError("litert_lm_conversation_create failed")

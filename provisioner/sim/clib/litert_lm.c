@@ -6,8 +6,9 @@
  * ones: a worker thread calls the stream callback per chunk and once with is_final; generations
  * of one engine take the NPU in turn. Speeds and faults come from provisioner.sim.npu, and so do the
  * words: on a machine with Google's real runtime they are its answer to what this library was given
- * (a conversation's system message, earlier messages and message, passed on as one JSON envelope;
- * a session's prompt with or without the prompt template), see provisioner/sim/real_litert.py.
+ * (a conversation's system message, earlier messages, tools, constrained-decoding switch and message,
+ * passed on as one JSON envelope; a session's prompt with or without the prompt template), see
+ * provisioner/sim/real_litert.py.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -58,8 +59,10 @@ typedef struct {
   Engine* engine;
   int max_output_tokens;
   int raw;
-  char* system_json;   /* a conversation's system message and history, JSON as the caller set them */
+  char* system_json;   /* a conversation's system message, history and tools, JSON as the caller set them */
   char* messages_json;
+  char* tools_json;
+  bool constrained;    /* set_enable_constrained_decoding (engine.h:199) */
   volatile int cancel;
   int running;
   pthread_t worker;
@@ -75,6 +78,8 @@ typedef struct {
   SessionConfig* session_config;
   char* system_json;
   char* messages_json;
+  char* tools_json;
+  bool constrained;
 } ConversationConfig;
 
 static char* dup_or_null(const char* s) { return s ? strdup(s) : NULL; }
@@ -168,6 +173,7 @@ void litert_lm_session_delete(void* p) {
   join_worker(s);
   free(s->system_json);
   free(s->messages_json);
+  free(s->tools_json);
   free(s);
 }
 
@@ -273,11 +279,21 @@ void litert_lm_conversation_config_set_messages(void* p, const char* json) {
   free(c->messages_json);
   c->messages_json = dup_or_null(json);
 }
+/* engine.h:177: a JSON array of tools, rendered and parsed by the real runtime */
+void litert_lm_conversation_config_set_tools(void* p, const char* json) {
+  ConversationConfig* c = p;
+  free(c->tools_json);
+  c->tools_json = dup_or_null(json);
+}
+void litert_lm_conversation_config_set_enable_constrained_decoding(void* p, bool v) {
+  ((ConversationConfig*)p)->constrained = v;
+}
 void litert_lm_conversation_config_delete(void* p) {
   ConversationConfig* c = p;
   if (!c) return;
   free(c->system_json);
   free(c->messages_json);
+  free(c->tools_json);
   free(c);
 }
 void* litert_lm_conversation_create(void* engine, void* config) {
@@ -286,6 +302,8 @@ void* litert_lm_conversation_create(void* engine, void* config) {
   if (s && c) {
     s->system_json = dup_or_null(c->system_json);
     s->messages_json = dup_or_null(c->messages_json);
+    s->tools_json = dup_or_null(c->tools_json);
+    s->constrained = c->constrained;
   }
   return s;
 }
@@ -300,9 +318,11 @@ int litert_lm_conversation_send_message_stream(void* p, const char* message_json
   /* each part is JSON already (as the caller gave it), so the envelope is their concatenation */
   const char* sys = s->system_json ? s->system_json : "null";
   const char* msgs = s->messages_json ? s->messages_json : "null";
-  size_t n = strlen(sys) + strlen(msgs) + strlen(message_json) + 48;
+  const char* tools = s->tools_json ? s->tools_json : "null";
+  size_t n = strlen(sys) + strlen(msgs) + strlen(tools) + strlen(message_json) + 96;
   char* env = malloc(n);
-  snprintf(env, n, "{\"system\":%s,\"messages\":%s,\"message\":%s}", sys, msgs, message_json);
+  snprintf(env, n, "{\"system\":%s,\"messages\":%s,\"tools\":%s,\"constrained\":%s,\"message\":%s}",
+           sys, msgs, tools, s->constrained ? "true" : "false", message_json);
   return start(s, env, "conv", cb, data);
 }
 void litert_lm_conversation_cancel_process(void* p) { litert_lm_session_cancel_process(p); }
