@@ -156,8 +156,8 @@ class RealLiteRt:
         ``mode`` ``conv``: ``payload`` is the stand-in's envelope ``{"system", "messages", "tools",
         "constrained", "message"}`` (what the service gave conversation_config_set_system_message /
         _set_messages / _set_tools / _set_enable_constrained_decoding and send_message_stream); the
-        chunks are the runtime's JSON messages (with its parsed ``tool_calls`` where the model made any). ``text`` / ``raw``: a
-        session prompt with / without the model's prompt template; the chunks are text.
+        chunks are the runtime's JSON messages (with its parsed ``tool_calls`` where the model made any).
+        ``text`` / ``raw``: a session prompt with / without the model's prompt template; the chunks are text.
         Raises :class:`RealRuntimeError` with the runtime's error message.
         """
         with self._lock:

@@ -217,6 +217,70 @@ def test_the_runtimes_tool_calls_become_openai_tool_calls(serve_pkg):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The official openai client against edge-llm-serve on the real runtime
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def tool_board(start_board, models):
+    """edge-llm-serve on the real library, serving the re-packed qwen3 tiny model."""
+    def start(**extra):
+        return start_board("litert_lm", model="tiny", library=str(real_library()),
+                           model_dir=str(models["qwen3"].parent), model_file=models["qwen3"].name, backend="cpu",
+                           **extra)
+    return start
+
+
+def openai_client(board):
+    from openai import OpenAI
+
+    from tests.serve.conftest import TOKEN
+    return OpenAI(base_url=f"{board.url}/v1", api_key=TOKEN, max_retries=0, timeout=60)
+
+
+def test_the_openai_client_runs_a_two_turn_tool_loop_on_the_real_runtime(tool_board):
+    """Turn one offers the tools (the runtime renders them; its parser found no call in the random weights'
+    text, so the answer is text, finish_reason stop or length); turn two is what every agent loop sends after
+    a call, the assistant's tool_calls with null content and the tool's result: answered from that result,
+    streamed and whole alike. /v1/models says what the runtime does."""
+    c = openai_client(tool_board())
+    caps = c.models.retrieve("tiny").model_extra["capabilities"]
+    assert caps == {"tools": True, "json_object": True, "json_schema": True, "grammar": False, "constrained": False}
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER, CLOCK], max_tokens=12)
+    plain = c.chat.completions.create(model="tiny", messages=ask, max_tokens=12)
+    assert first.choices[0].message.tool_calls is None and first.choices[0].finish_reason in ("stop", "length")
+    assert first.usage.prompt_tokens > plain.usage.prompt_tokens + 50       # the tools' JSON was in the prompt
+    answers = set()
+    for result in ('{"sky": "sunny", "temp_c": 21}', '{"sky": "rain", "temp_c": 9}'):
+        second = c.chat.completions.create(model="tiny", messages=second_turn(result), tools=[WEATHER], max_tokens=12)
+        msg = second.choices[0].message
+        assert msg.role == "assistant" and msg.content and msg.tool_calls is None
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model="tiny", messages=second_turn(result), tools=[WEATHER], max_tokens=12, stream=True) if ch.choices)
+        assert streamed == msg.content
+        answers.add(msg.content)
+    assert len(answers) == 2                          # the tool's result reached the model
+
+
+def test_required_and_json_schema_unmet_are_errors_the_client_sees(tool_board):
+    """The pinned C API cannot constrain a JSON schema, nor force a call on this model: the service checks
+    the answer, runs it once more, then the client gets the error with the model's output, never a silent
+    answer that ignores what it asked for."""
+    import openai
+    c = openai_client(tool_board())
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    with pytest.raises(openai.InternalServerError) as exc:
+        c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER], tool_choice="required", max_tokens=8)
+    assert exc.value.body["code"] == "tool_choice_unmet" and "retry" in exc.value.body["message"]
+    assert exc.value.body["model_output"]
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    with pytest.raises(openai.InternalServerError) as exc:
+        c.chat.completions.create(model="tiny", messages=ask, max_tokens=8, response_format={
+            "type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}})
+    assert exc.value.body["code"] == "response_format_unmet" and exc.value.body["model_output"]
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The ctypes prototypes against the pinned header
 # ---------------------------------------------------------------------------------------------------------
 

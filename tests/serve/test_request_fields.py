@@ -80,6 +80,11 @@ def test_each_field_of_the_openai_request_types_is_honoured_or_refused_by_name(r
         # parallel_tool_calls has no value that asks for anything without tools: both are neutral
         neutral = any(sample == n and type(sample) is type(n) for n in serve.NEUTRAL.get(name, ()))
         if (name in serve.HONOURED[kind] and name not in unable) or neutral:
+            if name == "response_format" and not caps["constrained"] and status == 500:
+                # honoured by checking the answer: the tiny model's random words are no JSON, so after
+                # its retry the client gets the documented error with the model's output
+                assert body["error"]["code"] == "response_format_unmet" and body["error"]["model_output"], body
+                continue
             assert status == 200, (name, body)
             assert body["choices"], (name, body)
         else:
