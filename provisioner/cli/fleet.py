@@ -267,3 +267,13 @@ def inventory_cmd(from_catalog: bool, check_only: bool, from_records: Path | Non
         print_json(data)
     else:
         stdout.print(text, markup=False, highlight=False, end="")
+
+
+def _register_eval() -> None:
+    """`fleet eval` lives in its own module (provisioner/cli/fleet_eval.py)."""
+    from provisioner.cli.fleet_eval import eval_cmd
+
+    command.add_command(eval_cmd)
+
+
+_register_eval()

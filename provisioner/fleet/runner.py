@@ -31,6 +31,7 @@ ACTIONS = {
     "rollback": "rollback.yml",
     "benchmark": "benchmark.yml",
     "update-os": "update-os.yml",
+    "eval": "eval.yml",
 }
 #: forks per controller core: a fork mostly waits on its board's SSH channel, yet each task still
 #: costs ~0.5 s of controller CPU, so more forks than this only queue on the CPU.

@@ -36,6 +36,9 @@ _ANSWERS = {
     "gravity": "Gravity is the force that pulls objects with mass toward each other.",
     "2+3": "2 + 3 equals 5.",
     "capital of france": "The capital of France is Paris.",
+    # the eval suite's exact-answer and JSON questions (provisioner/eval/default.yaml)
+    "planet is the largest": "Jupiter.",
+    "capital of japan": '{"country": "Japan", "capital": "Tokyo"}',
 }
 _GENERIC = (
     "Edge devices run language models locally, so answers arrive quickly and private data never leaves "

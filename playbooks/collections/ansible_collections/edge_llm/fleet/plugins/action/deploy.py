@@ -15,6 +15,7 @@ from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import
     deploy_index,
     deploy_steps,
 )
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils import eval_action
 
 MODULE = "edge_llm.fleet.deploy"
 
@@ -52,8 +53,12 @@ class ActionModule(BoardAction):
         except Exception as exc:  # ValueError/UserError from the inventory contract or the catalog
             raise AnsibleActionFail(f"edge_llm_deploy: {exc}") from exc
         try:
-            return self._run(result, task_vars, mode, install, models, expects, gate,
-                             boolean(args.get("prune", True), strict=False), serve)
+            result = self._run(result, task_vars, mode, install, models, expects, gate,
+                               boolean(args.get("prune", True), strict=False), serve)
+            if mode == "deploy" and not (self._task.check_mode or self._play_context.check_mode):
+                # a release's verify.eval: the switched model stays only when its eval score holds
+                result = eval_action.after_deploy(self, result, task_vars, models, args, gate, serve)
+            return result
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils import eval_action
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, update_os
 
 
@@ -82,6 +83,9 @@ class ActionModule(BoardAction):
             none = {"n": 0, "failed": 1, "errors": [str(bench.get("msg") or "no answer")[:200]]}
             api = {i["model"]: figures.get(i["model"]) or none for i in serve["instances"]}
         verdict = update_os.judge(expect, found, api, step)
+        gone = eval_action.in_update_os_gate(self, task_vars, serve, verdict)   # a release's verify.eval
+        if gone is not None:
+            return gone
         result["edge_llm"] = {"kind": "verify", **verdict}
         if not verdict["ok"]:
             result.update(failed=True, msg="; ".join(verdict["failures"]))

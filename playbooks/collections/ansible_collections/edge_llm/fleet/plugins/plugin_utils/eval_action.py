@@ -1,0 +1,101 @@
+"""The eval gate inside other edge_llm.fleet actions: after a deploy switched a launched model, and in the
+update-os health gate. The rules are provisioner.fleet.eval_gate's; this only moves data between them, the
+board modules and the existing rollback path of the action that calls it.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+
+try:
+    from provisioner.fleet import deploy_index, deploy_steps, eval_gate, service
+except ImportError:          # board_action names the missing package on the first action run
+    deploy_index = deploy_steps = eval_gate = service = None
+
+__all__ = ["after_deploy", "eval_gate", "gate_of", "in_update_os_gate", "instances_of"]
+
+
+def instances_of(plan):
+    """The serving plan's instances as the eval module takes them."""
+    return [{k: i[k] for k in ("model", "unit", "port", "bind")} for i in plan["instances"]]
+
+
+def gate_of(action, task_vars):
+    """(suite, min_score) when the run carries an eval gate (``edge_llm_eval`` with a min_score), else None."""
+    value = action._var(task_vars, eval_gate.VAR)
+    if not value:
+        return None
+    try:
+        suite, min_score = eval_gate.from_vars(value)
+    except ValueError as exc:
+        raise AnsibleActionFail(f"{eval_gate.VAR}: {exc}") from exc
+    return (suite, min_score) if min_score is not None else None
+
+
+def after_deploy(action, result, task_vars, models, args, health_gate, serve):
+    """Keep each model this deploy switched and restarted only when its eval score holds; otherwise roll it
+    back (the deploy action's own rollback mode: ``previous`` gated, committed and served again) and take the
+    commit mark off the version that failed, so a rerun judges it again instead of switching back to it."""
+    gate = gate_of(action, task_vars)
+    payload = result.get("edge_llm") or {}
+    if gate is None or result.get("failed") or payload.get("kind") != "deploy":
+        return result
+    suite, min_score = gate
+    restarted = {d.get("model") for d in payload.get("done") or [] if d.get("op") == "restart" and not d.get("health")}
+    moved = {n: r for n, r in (payload.get("models") or {}).items()
+             if r.get("from") != r.get("version") and str(r.get("outcome", "")).startswith("current ")}
+    asked = [i for i in service.units(serve.expect, bind=serve.bind, port_base=serve.port_base)["instances"]
+             if i["model"] in moved and i["model"] in restarted]
+    if not asked:
+        return result
+    plan = service.units(serve.expect, bind=serve.bind, port_base=serve.port_base)
+    report = eval_gate.run(lambda name, margs: action._module(name, margs, task_vars), suite, instances_of(
+        {"instances": asked}), plan["token_file"], min_score)
+    if report.get("unreachable"):
+        return report
+    failed = [i["model"] for i in asked if i["model"] not in report["models"]
+              or report["models"][i["model"]]["score"] < min_score]
+    result["edge_llm"] = [payload, report]
+    if not failed:
+        result["msg"] = f"{result.get('msg', '')}; eval " + ", ".join(
+            f"{m} {r['score']:.2f}" for m, r in report["models"].items())
+        return result
+    back = [m for m in models if m.get("name") in failed]
+    expects = {m["name"]: deploy_steps.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
+                                                   args.get("prompt"), m["name"]) for m in back}
+    rolled = action._run({}, task_vars, "rollback", {}, back, expects, health_gate, False, serve)
+    if rolled.get("unreachable"):
+        return rolled
+    marks = [{"op": "unlink", "path": f"{deploy_index.model_paths(n)['dir']}/{moved[n]['version']}"
+                                     f"{deploy_index.COMMITTED}"} for n in failed]
+    action._call({"mode": "apply", "ops": marks}, task_vars)
+    outcome = "; ".join(f"{n} {moved[n]['version']} rolled back to {moved[n].get('from') or 'nothing'}"
+                        for n in failed) if not rolled.get("failed") else f"rollback failed: {rolled.get('msg')}"
+    result["edge_llm"].append(rolled.get("edge_llm") or {"kind": "rollback", "ok": False})
+    result.update(failed=True, changed=True,
+                  msg=f"eval gate failed: {'; '.join(report['failures'])}; {outcome}")
+    return result
+
+
+def in_update_os_gate(action, task_vars, serve, verdict):
+    """The update-os gate's eval step, once the board passed its other checks: every enabled instance of
+    the new image is asked the suite; a score below min_score fails the gate (the rescue rolls the image
+    back, its reason naming the score and the worst failure). Returns the module's result when the board
+    went away, else None (``verdict`` carries the outcome: ``eval`` and, when it failed, the failures)."""
+    gate = gate_of(action, task_vars)
+    if gate is None or not verdict.get("ok"):
+        return None
+    if not serve["instances"]:
+        verdict["eval"] = {"kind": "eval", "skipped": "no serving instance enabled on the board (fleet launch)"}
+        return None
+    suite, min_score = gate
+    report = eval_gate.run(lambda name, margs: action._module(name, margs, task_vars), suite, serve["instances"],
+                           serve["token_file"], min_score)
+    if report.get("unreachable"):
+        return report
+    verdict["eval"] = report
+    if report["failures"]:
+        verdict["ok"] = False
+        verdict["failures"] = list(verdict.get("failures") or []) + report["failures"]
+        verdict["reason"] = "; ".join(x for x in (verdict.get("reason"), *report["failures"]) if x)
+    return None

@@ -1,0 +1,53 @@
+"""`provisioner fleet eval`: each board's models judged on the board with an eval suite (thin layer over
+provisioner.fleet.eval_report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from provisioner.cli.fleet import Progress, _fail_unless_all_pass, _options
+from provisioner.ui import Reporter, print_json, stdout, table
+
+
+@click.command("eval")
+@_options
+@click.option("--suite", default="default", show_default=True,
+              help="Eval suite YAML (golden questions, tool use), or 'default' for the one edge-llm ships.")
+@click.option("--min-score", type=click.FloatRange(0, 1), default=None,
+              help="Fail a board whose model scores below this (0..1).")
+def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
+             dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, suite: str,
+             min_score: float | None) -> None:
+    """Ask every board's serving models the suite through their OpenAI API (fleet launch first) and score
+    the answers: per board and model, per category, with the worst failures. With --report, the JSON and
+    CSV of the scores go beside it (<name>.eval.json, <name>.eval.csv)."""
+    from provisioner.eval.suite import load_suite
+    from provisioner.fleet.eval_report import run_eval
+
+    loaded = load_suite(suite)           # every mistake in the file, before any board is touched
+    rep = Reporter(quiet=as_json)
+    rep.step(f"fleet eval: {inventory} with suite {loaded.name} ({len(loaded.cases)} cases)"
+             + (f", min score {min_score:g}" if min_score is not None else ""))
+    if dry_run:
+        rep.info("--check: nothing is asked; the suite is valid")
+        return
+    result = run_eval(inventory, loaded, min_score, limit=limit, report_path=report, forks=forks, extra_args=extra,
+                      on_event=Progress(rep, 0), log_path=log, timeout_s=timeout_s)
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        stdout.print(table(f"fleet eval: {loaded.name} ({result.fleet.duration_s:.1f} s)",
+                           ["board", "model", "score", *result.categories, "verdict"], result.table_rows()))
+        lines = result.worst_failures()
+        if lines:
+            stdout.print("worst failures (the models' own words):", markup=False)
+            for line in lines:
+                stdout.print(f"  {line}", markup=False, highlight=False)
+        for r in result.fleet.rows:
+            if r.verdict != "pass":
+                stdout.print(f"{r.board}: {r.verdict}: {r.reason}", markup=False, highlight=False)
+        if report:
+            rep.info(f"report: {report} (scores beside it: .eval.json, .eval.csv)")
+    _fail_unless_all_pass("eval", result.fleet.rows, report)
