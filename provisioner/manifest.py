@@ -16,6 +16,8 @@ from provisioner import catalog
 from provisioner.contracts import inventory
 from provisioner.contracts.release import MODEL_KINDS, OTA_KINDS, RUNTIMES
 from provisioner.errors import ManifestError, UserError
+from provisioner.eval.suite import DEFAULT as DEFAULT_SUITE
+from provisioner.eval.suite import Suite, SuiteError, load_suite
 from provisioner.yamlsafe import YamlError, load_yaml
 
 MANIFEST_VERSION = 1
@@ -39,7 +41,8 @@ IMAGE_KEYS = {"variant", "memlock", "download_mode", "root_login", "ssh_authoriz
 BUILD_KEYS = {"engine", "work_dir", "build_dir", "dl_dir", "sstate_dir", "repo_ref_dir", "sstate_mirrors",
               "hashserve", "hashserve_upstream", "threads", "parallel_make", "mirrors", "ssh_dir",
               "container_image"}
-VERIFY_KEYS = {"prompt", "max_tokens", "min_decode_tok_s", "max_ttft_s", "os", "tolerance", "baseline_max_drop"}
+VERIFY_KEYS = {"prompt", "max_tokens", "min_decode_tok_s", "max_ttft_s", "os", "tolerance", "baseline_max_drop",
+               "eval"}
 
 
 
@@ -119,6 +122,16 @@ class VerifyThresholds:
     os: str = "qli"
     tolerance: float = inventory.DEFAULT_TOLERANCE
     baseline_max_drop: float = inventory.DEFAULT_BASELINE_MAX_DROP
+    eval: EvalGate | None = None
+
+
+@dataclass(frozen=True)
+class EvalGate:
+    """``verify.eval``: the suite each board's models must answer, and the score a new model or image must
+    keep there (``fleet deploy`` / ``fleet update-os`` roll back below it)."""
+
+    suite: Suite
+    min_score: float
 
 
 @dataclass(frozen=True)
@@ -308,7 +321,7 @@ def _validate(path: Path, data: dict[str, Any]) -> tuple[Manifest | None, list[P
 
     image = _image(c, data.get("image") or {})
     build = _build(c, data.get("build") or {}, base)
-    verify = _verify(c, data.get("verify") or {})
+    verify = _verify(c, data.get("verify") or {}, base)
     hostname = str(data.get("hostname") or inventory.DEFAULT_HOSTNAME_RULE)
     try:
         inventory.check_hostname_rule(hostname)
@@ -496,7 +509,7 @@ def _build(c: _Collector, d: Any, base: Path) -> BuildSettings:
     )
 
 
-def _verify(c: _Collector, d: Any) -> VerifyThresholds:
+def _verify(c: _Collector, d: Any, base: Path) -> VerifyThresholds:
     if not isinstance(d, dict):
         c.add("verify", "must be a mapping", "see examples/*.yaml")
         return VerifyThresholds()
@@ -524,9 +537,35 @@ def _verify(c: _Collector, d: Any) -> VerifyThresholds:
             kwargs["max_tokens"] = d["max_tokens"]
     if "prompt" in d:
         kwargs["prompt"] = str(d["prompt"])
+    if "eval" in d:
+        kwargs["eval"] = _eval(c, d["eval"], base)
     if "os" in d:
         if d["os"] not in ("qli", "ubuntu"):
             c.add("verify.os", f"unknown OS {d['os']!r}", "use qli or ubuntu (selects the reference speed)")
         else:
             kwargs["os"] = d["os"]
     return VerifyThresholds(**{**out.__dict__, **kwargs})
+
+
+def _eval(c: _Collector, d: Any, base: Path) -> EvalGate | None:  # noqa: ANN401 - any YAML value
+    """``verify.eval: {suite: <file, relative to the manifest, or "default">, min_score: 0..1}``."""
+    if not isinstance(d, dict):
+        c.add("verify.eval", "must be a mapping {suite, min_score}", "e.g. {suite: default, min_score: 0.8}")
+        return None
+    c.unknown_keys(d, {"suite", "min_score"}, "verify.eval")
+    ms = d.get("min_score")
+    if isinstance(ms, bool) or not isinstance(ms, int | float) or not 0 <= ms <= 1:
+        c.add("verify.eval.min_score", f"must be a number 0..1, got {ms!r}",
+              "the share of the suite a model must answer right, e.g. 0.8")
+        ms = None
+    name = d.get("suite", DEFAULT_SUITE)
+    if not isinstance(name, str) or not name:
+        c.add("verify.eval.suite", f"must be a file name or '{DEFAULT_SUITE}', got {name!r}", "e.g. evals/agent.yaml")
+        return None
+    try:
+        suite = load_suite(name if name == DEFAULT_SUITE else (base / name))
+    except SuiteError as exc:
+        for line in exc.problems:
+            c.add("verify.eval.suite", line)
+        return None
+    return EvalGate(suite, float(ms)) if ms is not None else None

@@ -129,9 +129,11 @@ for _a in ("verify", "launch", "rollback"):
 @click.option("--artifacts", type=click.Path(path_type=Path), required=True,
               help="Artifact server document root (scanned and hashed once) or an index .json.")
 @click.option("--artifact-url", help="URL the BOARDS use to reach the artifact server (required with a directory).")
+@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path),
+              help="Release manifest whose verify.eval gates each switched model on its eval score.")
 def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
                dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, artifacts: Path,
-               artifact_url: str | None) -> None:
+               artifact_url: str | None, manifest: Path | None) -> None:
     from provisioner.fleet import deploy_index as art
 
     if artifacts.is_file():
@@ -141,8 +143,10 @@ def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: t
             raise FleetError("--artifact-url is required with an artifact directory",
                              "the URL the boards reach the server at, e.g. http://10.0.0.2:8000")
         index = art.build_index(artifacts, artifact_url)
+    from provisioner.cli.fleet_eval import manifest_gate
+
     _run("deploy", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
-         extra_vars={"edge_llm_deploy_index": index})
+         extra_vars={"edge_llm_deploy_index": index, **manifest_gate(manifest)})
 
 
 @command.command("update-os")
@@ -158,6 +162,7 @@ def update_os_cmd(inventory: Path, limit: str | None, report: Path | None, extra
                   dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, release: Path,
                   repo_url: str, serial: str, max_fail_percentage: int) -> None:
     """Whole-image OTA: pull the release's OSTree commit, reboot into it, health-gate, commit or roll back."""
+    from provisioner.cli.fleet_eval import release_gate
     from provisioner.ota.commit import ota_target
 
     _check_serial(serial)
@@ -173,7 +178,7 @@ def update_os_cmd(inventory: Path, limit: str | None, report: Path | None, extra
                      "edge_llm_update_os_kargs": list(target.kargs),
                      "edge_llm_update_os_serial": serial,
                      "edge_llm_update_os_max_fail_percentage": max_fail_percentage,
-                     "edge_llm_expected_build_id": target.build_id})
+                     "edge_llm_expected_build_id": target.build_id, **release_gate(data, path)})
 
 
 def _check_serial(serial: str) -> None:
@@ -269,11 +274,6 @@ def inventory_cmd(from_catalog: bool, check_only: bool, from_records: Path | Non
         stdout.print(text, markup=False, highlight=False, end="")
 
 
-def _register_eval() -> None:
-    """`fleet eval` lives in its own module (provisioner/cli/fleet_eval.py)."""
-    from provisioner.cli.fleet_eval import eval_cmd
 
-    command.add_command(eval_cmd)
-
-
-_register_eval()
+# `fleet eval` lives in its own module and registers itself on this group (either module may load first)
+import provisioner.cli.fleet_eval  # noqa: E402, F401

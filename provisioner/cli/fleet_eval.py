@@ -4,14 +4,15 @@ provisioner.fleet.eval_report)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from provisioner.cli.fleet import Progress, _fail_unless_all_pass, _options
+from provisioner.cli.fleet import Progress, _fail_unless_all_pass, _options, command
 from provisioner.ui import Reporter, print_json, stdout, table
 
 
-@click.command("eval")
+@command.command("eval")
 @_options
 @click.option("--suite", default="default", show_default=True,
               help="Eval suite YAML (golden questions, tool use), or 'default' for the one edge-llm ships.")
@@ -51,3 +52,30 @@ def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tup
         if report:
             rep.info(f"report: {report} (scores beside it: .eval.json, .eval.csv)")
     _fail_unless_all_pass("eval", result.fleet.rows, report)
+
+
+def manifest_gate(manifest: Path | None) -> dict[str, Any]:
+    """The extra variables of ``--manifest``'s ``verify.eval`` (nothing without one, or without the gate)."""
+    if manifest is None:
+        return {}
+    from provisioner.fleet.eval_gate import eval_vars
+    from provisioner.manifest import load_manifest
+
+    gate = load_manifest(manifest).verify.eval
+    return eval_vars(gate.suite, gate.min_score) if gate else {}
+
+
+def release_gate(data: dict[str, Any], where: Path) -> dict[str, Any]:
+    """The extra variables of a release's ``fleet.eval`` (its manifest's verify.eval), validated here."""
+    from provisioner.contracts.release import fleet_eval
+    from provisioner.errors import FleetError
+    from provisioner.fleet.eval_gate import eval_vars, from_vars
+
+    raw = fleet_eval(data)
+    if raw is None:
+        return {}
+    try:
+        suite, min_score = from_vars(raw)
+    except ValueError as exc:
+        raise FleetError(f"{where}: fleet.eval: {exc}", "rebuild the release from a valid manifest") from None
+    return eval_vars(suite, min_score)

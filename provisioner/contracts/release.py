@@ -55,6 +55,12 @@ MODEL_KINDS = {"litertlm": "litert_lm", "genie": "genie"}
 OSTREE_TARBALL_SUFFIX = ".ostreecommit.tar.xz"
 
 
+def fleet_eval(data: Mapping[str, Any]) -> Any:  # noqa: ANN401 - see Release.eval_gate
+    """release.json's ``fleet.eval`` (the eval gate of fleet deploy / update-os), or None."""
+    fleet = data.get("fleet") if isinstance(data, Mapping) else None
+    return fleet.get("eval") if isinstance(fleet, Mapping) else None
+
+
 def ostree_tarball_name(image: str, machine: str) -> str:
     """``<image>-<machine>.rootfs.ostreecommit.tar.xz`` (oe-core's IMAGE_LINK_NAME is ``<image>-<machine>.rootfs``)."""
     return f"{image}-{machine}.rootfs{OSTREE_TARBALL_SUFFIX}"
@@ -156,6 +162,11 @@ class Release:
         """How far below its factory baseline a board may run (release.json ``fleet.baseline_max_drop``)."""
         v = (self.data.get("fleet") or {}).get("baseline_max_drop")
         return float(v) if isinstance(v, int | float) and 0 < v < 1 else inventory.DEFAULT_BASELINE_MAX_DROP
+
+    @property
+    def eval_gate(self) -> Any:  # noqa: ANN401 - validated by provisioner.fleet.eval_gate.from_vars
+        """The manifest's ``verify.eval`` (release.json ``fleet.eval``: suite data, source, min_score), or None."""
+        return fleet_eval(self.data)
 
     def model_entries(self) -> list[ReleaseModel]:
         """``models`` as typed entries (see :class:`ReleaseModel`)."""

@@ -182,7 +182,8 @@ def write_release(
             "simulated": bool(simulated),
             # what the station and the fleet need of the manifest beyond models: the host name rule and
             # how far a board may fall below its factory baseline
-            "fleet": {"hostname": manifest.hostname, "baseline_max_drop": manifest.verify.baseline_max_drop},
+            "fleet": {"hostname": manifest.hostname, "baseline_max_drop": manifest.verify.baseline_max_drop,
+                      **release_eval(manifest)},
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         if machine and machine != manifest.board.kas_machine:
@@ -200,6 +201,15 @@ def write_release(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def release_eval(manifest: Any) -> dict[str, Any]:  # noqa: ANN401 - a Manifest, as ota_kargs takes it
+    """``fleet.eval`` of release.json: the manifest's ``verify.eval`` with the suite's data itself (the release
+    folder then carries what `fleet update-os` gates on, wherever it is copied), or nothing."""
+    gate = manifest.verify.eval
+    if gate is None:
+        return {}
+    return {"eval": {"suite": gate.suite.raw, "source": gate.suite.source, "min_score": gate.min_score}}
 
 
 def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
