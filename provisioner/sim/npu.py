@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from provisioner.sim import board_view as bv
-from provisioner.sim import litert_main, model_files, real_litert
+from provisioner.sim import litert_main, model_files, real_litert, tool_replies
 from provisioner.sim import npu_outcome as outcome
 
 SLEEP_CAP_S = 30.0
@@ -211,7 +211,7 @@ def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[out
         # the pipe is line-based: a text chunk's newline becomes a space (JSON chunks have none raw)
         return t, [(first if i == 0 else per_token,
                     chunk.replace("\n", " ").replace("\t", " ")) for i, chunk in enumerate(real)]
-    coherent = outcome.answer_for(text_in)
+    coherent = modelled_text(text_in)
     limit = min([x for x in (loaded.limit, max_tokens if max_tokens > 0 else None) if x] or [0]) or None
     if limit:
         coherent = outcome.first_tokens(coherent, limit)
@@ -230,6 +230,13 @@ def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[out
             w = json.dumps({"role": "assistant", "content": [{"type": "text", "text": w}]})
         chunks.append((cost, w.replace("\n", " ").replace("\t", " ")))
     return t, chunks
+
+
+def modelled_text(prompt: str) -> str:
+    """The modelled model's whole answer: a call in the family's syntax for a tool prompt a declared tool
+    answers, JSON when the prompt asks for it, else the coherent text answer."""
+    text = outcome.answer_for(prompt)
+    return tool_replies.tool_reply(prompt) or tool_replies.json_reply(prompt, text) or text
 
 
 def _read_payload(inp: BinaryIO, n: int) -> str:
@@ -281,6 +288,50 @@ def serve(kind: str, inp: BinaryIO | None = None, out: Any = None) -> int:
         else:
             out.write("FAIL protocol\n")
             out.flush()
+
+
+def _boardless_timings() -> dict[str, float]:
+    """EDGE_LLM_SIM_BOARDLESS's timings in seconds (clib/oracle.h: load_ms, ttft_ms, decode_ms)."""
+    out = {"load_ms": 0.0, "ttft_ms": 5.0, "decode_ms": 2.0}
+    for kv in os.environ.get("EDGE_LLM_SIM_BOARDLESS", "").split(","):
+        key, _, value = kv.partition("=")
+        if key in out:
+            out[key] = float(value)
+    return {k[:-3] + "_s": v / 1000.0 for k, v in out.items()}
+
+
+def serve_boardless(kind: str, inp: BinaryIO | None = None, out: Any = None) -> int:
+    """The board-less stand-in's model with ``answers=1`` (clib/oracle.h): the protocol of :func:`serve`,
+    no board: the modelled words (:func:`modelled_text`) at EDGE_LLM_SIM_BOARDLESS's timings."""
+    inp = inp or sys.stdin.buffer
+    out = out or sys.stdout
+    t = _boardless_timings()
+    while True:
+        line = inp.readline()
+        if not line:
+            return 0
+        parts = line.decode("ascii", errors="replace").split()
+        if parts and parts[0] == "L":
+            _read_payload(inp, int(parts[1]))
+            out.write(f"OK {t['load_s']:.4f} {t['load_s']:.4f}\n")
+        elif parts and parts[0] == "Q":
+            prompt = _read_payload(inp, int(parts[3]))
+            mode, max_tokens = parts[1], int(parts[2])
+            text = modelled_text(_message_text(prompt) if mode == "conv" else prompt)
+            if max_tokens > 0:
+                text = outcome.first_tokens(text, max_tokens)
+            words = re.findall(r"\s*\S+", text)
+            chunks = [json.dumps({"role": "assistant", "content": [{"type": "text", "text": w}]}) if mode == "conv"
+                      else w for w in words]
+            decode = t["decode_s"] * max(len(words) - 1, 0)
+            out.write(f"R {t['ttft_s']:.4f} {t['ttft_s']:.4f} {len(prompt) // 4 + 1} {decode:.4f} {len(words)} "
+                      f"{len(chunks)}\n")
+            for n, chunk in enumerate(chunks):
+                out.write(f"{t['ttft_s'] if n == 0 else t['decode_s']:.5f}\t"
+                          f"{chunk.replace(chr(10), ' ').replace(chr(9), ' ')}\n")
+        elif parts:
+            out.write("FAIL protocol\n")
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -105,7 +105,9 @@ def start_board(tmp_path, standin_libs):
         cfg_path.write_text(json.dumps(cfg))
         log = tmp_path / f"serve{n}.log"
         spec = ",".join(f"{k}={v}" for k, v in (timings or {}).items())
-        child_env = {k: v for k, v in os.environ.items() if k != BOARDLESS} | {BOARDLESS: spec}
+        # answers=1 in timings: the modelled model answers (clib/oracle.h), run by this python
+        child_env = {k: v for k, v in os.environ.items() if k != BOARDLESS} | {BOARDLESS: spec,
+                                                                               "EDGE_LLM_SIM_PYTHON": sys.executable}
         argv = [sys.executable, str(SERVE_SCRIPT), "serve", "--config", str(cfg_path)]
         keep: tuple[int, ...] = ()
         if listen is not None:

@@ -19,6 +19,9 @@ extern char** environ;
 static const char kBoot[] =
     "import sys; sys.path.insert(0, '" SIM_DIR "/src'); "
     "from provisioner.sim.npu import serve; sys.exit(serve(sys.argv[1]))";
+/* board-less answers=1: the test's python, its own sys.path (the checkout the tests run from) */
+static const char kBootBoardless[] =
+    "import sys; from provisioner.sim.npu import serve_boardless; sys.exit(serve_boardless(sys.argv[1]))";
 
 static char* read_line(FILE* f) {
   char* line = NULL;
@@ -36,7 +39,7 @@ static char* read_line(FILE* f) {
 static int boardless(sim_boardless* bl) {
   const char* spec = getenv("EDGE_LLM_SIM_BOARDLESS");
   if (spec == NULL) return 0;
-  *bl = (sim_boardless){1, 0.0, 0.005, 0.002, 8};
+  *bl = (sim_boardless){1, 0.0, 0.005, 0.002, 8, 0};
   char* copy = strdup(spec);
   char* save = NULL;
   for (char* kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
@@ -48,6 +51,7 @@ static int boardless(sim_boardless* bl) {
     else if (strcmp(kv, "ttft_ms") == 0) bl->ttft_s = v / 1000.0;
     else if (strcmp(kv, "decode_ms") == 0) bl->decode_s = v / 1000.0;
     else if (strcmp(kv, "tokens") == 0) bl->tokens = (int)v;
+    else if (strcmp(kv, "answers") == 0) bl->answers = (int)v;
     else fprintf(stderr, "EDGE_LLM_SIM_BOARDLESS: unknown key %s (ignored)\n", kv);
   }
   free(copy);
@@ -57,9 +61,8 @@ static int boardless(sim_boardless* bl) {
 static const char* const kBoardlessWords[] = {"alpha ", "beta ", "gamma ", "delta ",
                                               "epsilon ", "zeta ", "eta ", "theta "};
 
-/* The board-less answer: the fixed words, min(tokens, max_tokens) of them. */
-static int boardless_query(const sim_boardless* bl, const char* mode, int max_tokens, const char* prompt,
-                           size_t len, sim_reply* r) {
+/* Board-less faults: CRASH in the prompt aborts the process, FAIL fails the query (-1). */
+static int boardless_fault(const char* prompt, size_t len) {
   char* text = strndup(prompt, len);
   int crash = strstr(text, "CRASH") != NULL, fail = strstr(text, "FAIL") != NULL;
   free(text);
@@ -68,6 +71,13 @@ static int boardless_query(const sim_boardless* bl, const char* mode, int max_to
     fprintf(stderr, "boardless stand-in: query failed (FAIL in the prompt)\n");
     return -1;
   }
+  return 0;
+}
+
+/* The board-less answer: the fixed words, min(tokens, max_tokens) of them. */
+static int boardless_query(const sim_boardless* bl, const char* mode, int max_tokens, const char* prompt,
+                           size_t len, sim_reply* r) {
+  if (boardless_fault(prompt, len) != 0) return -1;
   int n = bl->tokens;
   if (max_tokens > 0 && n > max_tokens) n = max_tokens;
   if (n < 0) n = 0;
@@ -97,7 +107,7 @@ int sim_oracle_open(sim_oracle* o, const char* kind, const char* payload) {
   memset(o, 0, sizeof(*o));
   pthread_mutex_init(&o->pipe_mu, NULL);
   pthread_mutex_init(&o->npu_mu, NULL);
-  if (boardless(&o->bl)) {
+  if (boardless(&o->bl) && !o->bl.answers) {
     o->init_s = o->bl.load_s;
     sim_sleep(o->bl.load_s, NULL);
     return 0;
@@ -114,7 +124,14 @@ int sim_oracle_open(sim_oracle* o, const char* kind, const char* payload) {
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   char* argv[] = {"python3", "-S", "-c", (char*)kBoot, (char*)kind, NULL};
-  int rc = posix_spawn(&o->pid, SIM_DIR "/python3", &fa, NULL, argv, environ);
+  int rc;
+  if (o->bl.on) {
+    const char* py = getenv("EDGE_LLM_SIM_PYTHON");
+    char* bl_argv[] = {"python3", "-c", (char*)kBootBoardless, (char*)kind, NULL};
+    rc = posix_spawnp(&o->pid, py && *py ? py : "python3", &fa, NULL, bl_argv, environ);
+  } else {
+    rc = posix_spawn(&o->pid, SIM_DIR "/python3", &fa, NULL, argv, environ);
+  }
   posix_spawn_file_actions_destroy(&fa);
   close(in[0]);
   close(out[1]);
@@ -158,7 +175,8 @@ void sim_oracle_close(sim_oracle* o) {
 int sim_oracle_query(sim_oracle* o, const char* mode, int max_tokens, const char* prompt, size_t n,
                      sim_reply* r) {
   memset(r, 0, sizeof(*r));
-  if (o->bl.on) return boardless_query(&o->bl, mode, max_tokens, prompt, n, r);
+  if (o->bl.on && !o->bl.answers) return boardless_query(&o->bl, mode, max_tokens, prompt, n, r);
+  if (o->bl.on && boardless_fault(prompt, n) != 0) return -1;
   pthread_mutex_lock(&o->pipe_mu);
   int ok = -1;
   if (o->to == NULL) goto out;

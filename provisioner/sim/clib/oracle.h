@@ -10,7 +10,10 @@
  * EDGE_LLM_SIM_BOARDLESS="load_ms=N,ttft_ms=N,decode_ms=N,tokens=N" (any subset; defaults
  * 0, 5, 2, 8) no model process starts: every generation answers the fixed words
  * "alpha beta gamma ..." with those timings. A prompt containing CRASH aborts the process
- * (a runtime crash), one containing FAIL makes the query fail (a runtime error).
+ * (a runtime crash), one containing FAIL makes the query fail (a runtime error). With answers=1 in
+ * the list the words come from the modelled model instead (provisioner.sim.npu.serve_boardless, run
+ * under $EDGE_LLM_SIM_PYTHON, else python3 on PATH): tool prompts get calls in the family's syntax,
+ * JSON instructions get JSON, with the same timings.
  */
 #ifndef EDGE_LLM_SIM_ORACLE_H
 #define EDGE_LLM_SIM_ORACLE_H
@@ -24,6 +27,7 @@ typedef struct {
   int on;
   double load_s, ttft_s, decode_s;
   int tokens;
+  int answers;  /* 1: the modelled model's words (a child process), not the fixed words */
 } sim_boardless;
 
 typedef struct {

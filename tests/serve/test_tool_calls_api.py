@@ -1,0 +1,243 @@
+"""Tool calls and structured output through the official ``openai`` client, on the Genie stand-in.
+
+The board-less stand-in runs with ``answers=1``: its modelled model (provisioner/sim/tool_replies.py,
+written from the families' public docs, independent of the service's parser) answers a tool prompt
+in the family's own syntax, a tool result in text, and a JSON instruction in JSON. So each test sees
+the service do the whole job: render the family's prompt, read the model's text back into OpenAI's
+``tool_calls``, and refuse to pass off an answer that does not honour the request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import openai
+import pytest
+
+from tests.serve.conftest import TOKEN
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather conditions for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The current local time in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TOOLS = [WEATHER, TIME]
+FAMILIES = ("nemotron-nano", "llama3.1", "qwen2.5")
+MODEL = "nemotron-nano-4b"
+
+
+def board_for(start_board, family: str | None = "nemotron-nano"):
+    extra = {"tool_format": family} if family else {}
+    return start_board("genie", timings={"answers": 1, "ttft_ms": 2, "decode_ms": 1}, **extra)
+
+
+def client(board) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{board.url}/v1", api_key=TOKEN, max_retries=0, timeout=30)
+
+
+def prompt_tokens(board) -> int:
+    req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return int(re.search(r"^edge_llm_prompt_tokens_total (\d+)", r.read().decode(), re.M).group(1))
+
+
+def streamed(c: openai.OpenAI, **kw) -> tuple[str, list[dict], str, list]:
+    """(content, calls, finish_reason, chunks) of a streamed answer, joined as a client does."""
+    chunks = list(c.chat.completions.create(model=MODEL, stream=True, **kw))
+    text, calls, finish = [], {}, None
+    for ch in chunks:
+        choice = ch.choices[0]
+        finish = choice.finish_reason or finish
+        text.append(choice.delta.content or "")
+        for tc in choice.delta.tool_calls or ():
+            c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            c["id"] = tc.id or c["id"]
+            if tc.function:
+                c["name"] += tc.function.name or ""
+                c["arguments"] += tc.function.arguments or ""
+    return "".join(text), [calls[i] for i in sorted(calls)], finish, chunks
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_turn_tool_loop_not_streamed(start_board, family):
+    c = client(board_for(start_board, family))
+    msgs = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
+    first = c.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather" and call.id
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    msgs += [choice.message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]
+    assert msgs[1]["role"] == "assistant" and "content" not in msgs[1]     # what agent loops send back
+    msgs[1]["content"] = None
+    second = c.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS)
+    assert second.choices[0].finish_reason == "stop" and not second.choices[0].message.tool_calls
+    assert "sunny, 21 C" in second.choices[0].message.content
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_turn_tool_loop_streamed(start_board, family):
+    c = client(board_for(start_board, family))
+    msgs = [{"role": "user", "content": "What time is it in Tokyo at the moment?"}]
+    text, calls, finish, chunks = streamed(c, messages=msgs, tools=TOOLS)
+    assert finish == "tool_calls" and text == ""
+    assert [(x["name"], json.loads(x["arguments"])) for x in calls] == [("get_time", {"city": "Tokyo"})]
+    # the call's header (index, id, name) comes first, its arguments after it in pieces
+    pieces = [tc for ch in chunks for tc in (ch.choices[0].delta.tool_calls or ())]
+    assert pieces[0].id and pieces[0].function.name == "get_time" and not pieces[0].function.arguments
+    assert all(p.id is None and p.function.name is None for p in pieces[1:]) and len(pieces) >= 2
+    fn = {"name": "get_time", "arguments": calls[0]["arguments"]}
+    msgs += [{"role": "assistant", "content": None, "tool_calls": [{"id": calls[0]["id"], "type": "function",
+                                                                    "function": fn}]},
+        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "09:41"}]
+    text, calls, finish, _ = streamed(c, messages=msgs, tools=TOOLS)
+    assert finish == "stop" and not calls and "09:41" in text
+
+
+def test_parallel_calls_and_parallel_tool_calls_false(start_board):
+    c = client(board_for(start_board))
+    msgs = [{"role": "user", "content": "What is the weather in Paris and in Tokyo right now?"}]
+    out = c.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS)
+    assert [json.loads(t.function.arguments)["city"] for t in out.choices[0].message.tool_calls] == ["Paris", "Tokyo"]
+    out = c.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS, parallel_tool_calls=False)
+    assert [json.loads(t.function.arguments)["city"] for t in out.choices[0].message.tool_calls] == ["Paris"]
+
+
+def test_each_tool_choice_mode(start_board):
+    c = client(board_for(start_board))
+    ask = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
+    none = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="none")
+    assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
+    assert none.choices[0].finish_reason == "stop"
+    auto = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="auto")
+    assert auto.choices[0].message.tool_calls[0].function.name == "get_weather"
+    required = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required")
+    assert required.choices[0].message.tool_calls[0].function.name == "get_weather"
+    named = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "What time is it in Oslo?"}],
+                                      tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in named.choices[0].message.tool_calls] == \
+        [("get_time", {"city": "Oslo"})]
+    # no tool answers arithmetic: "auto" answers in text, without a call
+    plain = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "What is 7 times 6?"}],
+                                      tools=TOOLS)
+    assert plain.choices[0].message.tool_calls is None and plain.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_unmet_is_an_error_the_client_sees_after_one_retry(start_board, stream):
+    board = board_for(start_board)
+    c = client(board)
+    ask = [{"role": "user", "content": "What is 7 times 6?"}]
+    with pytest.raises(openai.InternalServerError) as exc:
+        if stream:
+            list(c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required",
+                                           stream=True))
+        else:
+            c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required")
+    err = exc.value.body
+    assert err["code"] == "tool_choice_unmet" and "(also on the retry)" in err["message"]
+    assert err["model_output"] and exc.value.response.headers["x-should-retry"] == "false"
+    with pytest.raises(openai.InternalServerError) as exc:     # a named function the model does not call
+        c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather in Rome?"}],
+                                  tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert exc.value.body["code"] == "tool_choice_unmet"
+    # the refused request ran twice (the answer and its retry): twice the prompt of one "auto" run
+    before = prompt_tokens(board)
+    c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="auto")
+    once = prompt_tokens(board) - before
+    with pytest.raises(openai.InternalServerError):
+        c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required")
+    assert prompt_tokens(board) - before - once == 2 * once > 0
+
+
+def test_tool_requests_that_cannot_be_carried_are_400_naming_the_field(start_board):
+    c = client(board_for(start_board))
+    ask = [{"role": "user", "content": "hi"}]
+    for kw, param in ((dict(tools=[{"type": "retrieval"}]), "tools[0]"),
+                      (dict(tools=TOOLS, tool_choice="sometimes"), "tool_choice"),
+                      (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
+                       "tool_choice.function.name"),
+                      (dict(tool_choice="required"), "tool_choice")):
+        with pytest.raises(openai.BadRequestError) as exc:
+            c.chat.completions.create(model=MODEL, messages=ask, **kw)
+        assert exc.value.body["param"] == param and isinstance(exc.value.body["code"], str)
+    with pytest.raises(openai.BadRequestError) as exc:      # a tool result must say which call it answers
+        c.chat.completions.create(model=MODEL, messages=ask + [{"role": "tool", "content": "x"}], tools=TOOLS)
+    assert exc.value.body["param"] == "messages[1].tool_call_id"
+
+
+def test_without_a_tool_format_tools_are_refused_and_models_say_so(start_board):
+    c = client(board_for(start_board, None))
+    caps = c.models.retrieve(MODEL).model_extra["capabilities"]
+    assert caps == {"tools": False, "json_object": True, "json_schema": True, "grammar": False, "constrained": False}
+    with pytest.raises(openai.BadRequestError) as exc:
+        c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
+    assert exc.value.body["param"] == "tools" and exc.value.body["code"] == "unsupported_parameter"
+    out = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
+                                    tool_choice="none")     # nothing to call: honoured as asked
+    assert out.choices[0].message.content
+
+
+def test_models_list_and_one_model_state_capabilities(start_board):
+    c = client(board_for(start_board))
+    listed = c.models.list().data[0].model_extra["capabilities"]
+    assert listed == c.models.retrieve(MODEL).model_extra["capabilities"]
+    assert listed["tools"] and listed["json_object"] and listed["json_schema"] and not listed["grammar"]
+
+
+CITY = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer", "minimum": 0},
+                                         "kind": {"type": "string", "enum": ["capital", "town"]}},
+        "required": ["name", "population", "kind"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_object_and_json_schema_answers_are_json(start_board, stream):
+    c = client(board_for(start_board))
+    ask = [{"role": "user", "content": "Describe the capital city of France."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY, "strict": True}}
+    for rf in ({"type": "json_object"}, fmt):
+        if stream:
+            text, calls, finish, _ = streamed(c, messages=ask, response_format=rf)
+        else:
+            out = c.chat.completions.create(model=MODEL, messages=ask, response_format=rf)
+            text, finish = out.choices[0].message.content, out.choices[0].finish_reason
+        value = json.loads(text)
+        assert isinstance(value, dict) and finish == "stop"
+        if rf is fmt:
+            assert set(value) == {"name", "population", "kind"} and value["name"] == "France"
+            assert value["kind"] == "capital" and isinstance(value["population"], int)
+
+
+def test_json_schema_the_model_cannot_meet_is_an_error_after_one_retry(start_board):
+    c = client(board_for(start_board))
+    tight = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 2}}, "required": ["name"]}
+    with pytest.raises(openai.InternalServerError) as exc:
+        c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Name a city in France."}],
+                                  response_format={"type": "json_schema",
+                                                   "json_schema": {"name": "t", "schema": tight}})
+    assert exc.value.body["code"] == "response_format_unmet" and "longer than 2" in exc.value.body["message"]
+
+
+def test_bad_response_formats_are_400_naming_response_format(start_board):
+    c = client(board_for(start_board))
+    ask = [{"role": "user", "content": "hi"}]
+    cases = ({"type": "xml"},
+             {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "anyOf": []}}},
+             {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}},
+             {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}})
+    for rf in cases:
+        with pytest.raises(openai.BadRequestError) as exc:
+            c.chat.completions.create(model=MODEL, messages=ask, response_format=rf)
+        assert exc.value.body["param"] == "response_format" and "'response_format'" in exc.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as exc:
+        c.chat.completions.create(model=MODEL, messages=ask, response_format=cases[2])
+    assert "'pattern'" in exc.value.body["message"] and exc.value.body["code"] == "unsupported_schema"
+    out = c.chat.completions.create(model=MODEL, messages=ask, response_format={"type": "text"})
+    assert out.choices[0].message.content
