@@ -230,3 +230,62 @@ class RealLiteRt:
         if self.engine:
             self.lib.litert_lm_engine_delete(self.engine)
             self.engine = None
+
+# ---------------------------------------------------------------------------------------------------------
+# The tiny model as another model type, for tool calls through the runtime's own processors (host side only)
+# ---------------------------------------------------------------------------------------------------------
+
+# Written for the tool tests and bench/serve_real.py: the tiny model's Gemma-style turns (make_tiny_litertlm.py's
+# JINJA_TEMPLATE) with the tool sections in the format of Qwen3's chat template (google-ai-edge/LiteRT-LM cbf463d,
+# runtime/components/testdata/Qwen-Qwen3-0.6B.jinja): tools as JSON lines inside <tools></tools> in a system
+# turn, calls as <tool_call>{"name", "arguments"}</tool_call>, results inside <tool_response></tool_response>
+# in a user turn. The qwen3 processor parses <tool_call> blocks (qwen3_data_processor_config.h at cbf463d).
+TOOL_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if tools -%}{{ '<start_of_turn>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' -%}{{ messages[0]['content'] | trim }}{{ '\n\n' }}{%- endif -%}"
+    "{{ '# Tools\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}"
+    "{%- for tool in tools -%}{{ '\n' }}{{ tool | tojson }}{%- endfor -%}"
+    "{{ '\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags.<end_of_turn>\n' }}{%- endif -%}"
+    "{%- for message in messages -%}{%- if not (tools and loop.first and message['role'] == 'system') -%}"
+    "{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}"
+    "{%- elif message['role'] == 'tool' -%}{%- set role = 'user' -%}"
+    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{%- if message['content'] is string -%}{{ message['content'] | trim }}"
+    "{%- elif message['content'] -%}{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}"
+    "{%- elif item['type'] == 'tool_response' -%}"
+    "{{ '<tool_response>\n' }}{{ item['response'] | tojson }}{{ '\n</tool_response>' }}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{%- if message['tool_calls'] -%}{%- for call in message['tool_calls'] -%}"
+    "{{ '<tool_call>\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' }}"
+    "{{ call['function']['arguments'] | tojson }}{{ '}\n</tool_call>' }}{%- endfor -%}{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+
+def repack(src: Path, out: Path, model_type: str, template: str | None = None) -> Path:
+    """``src`` (a tiny .litertlm) re-packed by the official litert-lm-builder with another ``llm_model_type``
+    (``qwen3``, ``gemma3``, ...; the field names of runtime/proto/llm_model_type.proto at cbf463d) and,
+    given one, another chat template: the same tokenizer and weights, another model data processor in the
+    runtime (model_data_processor_factory.cc:344-360 at cbf463d). Needs PyPI litert-lm-builder."""
+    import shutil
+    import tempfile
+
+    from google.protobuf import text_format
+    from litert_lm_builder import litertlm_builder as builder
+    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+    with tempfile.TemporaryDirectory(prefix="repack-", dir=out.parent) as work:
+        toml = builder.unpack(str(src), work)
+        meta_path = Path(work) / "LlmMetadataProto.pbtext"
+        meta = text_format.Parse(meta_path.read_text(), llm_metadata_pb2.LlmMetadata())
+        getattr(meta.llm_model_type, model_type).SetInParent()
+        if template is not None:
+            meta.jinja_prompt_template = template
+        meta_path.write_text(text_format.MessageToString(meta))
+        builder.pack(toml, str(out))
+        shutil.rmtree(work, ignore_errors=True)
+    return out

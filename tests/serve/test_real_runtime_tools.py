@@ -15,45 +15,14 @@ from __future__ import annotations
 import ctypes
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
+from provisioner.sim import real_litert
 from tests.serve.test_real_runtime import REALWORLD, TINY, real_library
 
 UPSTREAM_HEADER = REALWORLD / "upstream" / "LiteRT-LM-cbf463d" / "c" / "engine.h"
-
-# Written for these tests: the tiny model's Gemma-style turns (make_tiny_litertlm.py's JINJA_TEMPLATE) with
-# the tool sections in the format of Qwen3's chat template (google-ai-edge/LiteRT-LM cbf463d,
-# runtime/components/testdata/Qwen-Qwen3-0.6B.jinja): tools as JSON lines inside <tools></tools> in a system
-# turn, calls as <tool_call>{"name", "arguments"}</tool_call>, results inside <tool_response></tool_response>
-# in a user turn. The qwen3 processor parses <tool_call> blocks (qwen3_data_processor_config.h at cbf463d).
-TOOL_TEMPLATE = (
-    "{{ bos_token }}"
-    "{%- if tools -%}{{ '<start_of_turn>system\n' }}"
-    "{%- if messages[0]['role'] == 'system' -%}{{ messages[0]['content'] | trim }}{{ '\n\n' }}{%- endif -%}"
-    "{{ '# Tools\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}"
-    "{%- for tool in tools -%}{{ '\n' }}{{ tool | tojson }}{%- endfor -%}"
-    "{{ '\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags.<end_of_turn>\n' }}{%- endif -%}"
-    "{%- for message in messages -%}{%- if not (tools and loop.first and message['role'] == 'system') -%}"
-    "{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}"
-    "{%- elif message['role'] == 'tool' -%}{%- set role = 'user' -%}"
-    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
-    "{{ '<start_of_turn>' + role + '\n' }}"
-    "{%- if message['content'] is string -%}{{ message['content'] | trim }}"
-    "{%- elif message['content'] -%}{%- for item in message['content'] -%}"
-    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}"
-    "{%- elif item['type'] == 'tool_response' -%}"
-    "{{ '<tool_response>\n' }}{{ item['response'] | tojson }}{{ '\n</tool_response>' }}"
-    "{%- endif -%}{%- endfor -%}{%- endif -%}"
-    "{%- if message['tool_calls'] -%}{%- for call in message['tool_calls'] -%}"
-    "{{ '<tool_call>\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' }}"
-    "{{ call['function']['arguments'] | tojson }}{{ '}\n</tool_call>' }}{%- endfor -%}{%- endif -%}"
-    "{{ '<end_of_turn>\n' }}{%- endif -%}{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
-)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city",
@@ -64,26 +33,13 @@ CLOCK = {"type": "function", "function": {
 
 
 def repack(tmp: Path, model_type: str, template: str | None = None) -> Path:
-    """tiny-eos.litertlm re-packed by the official litert-lm-builder with another ``llm_model_type`` (and
-    chat template): the same tokenizer and weights, another model data processor in the runtime."""
-    builder = pytest.importorskip("litert_lm_builder.litertlm_builder", reason="litert-lm-builder is not installed")
-    from google.protobuf import text_format
-    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+    """tiny-eos.litertlm re-packed by the official litert-lm-builder as another ``llm_model_type``."""
+    pytest.importorskip("litert_lm_builder.litertlm_builder", reason="litert-lm-builder is not installed")
     if not TINY.is_dir():
         pytest.skip(f"{TINY.resolve()} is absent: the real-runtime tests need ../shared/realworld")
-    work = tmp / f"unpacked-{model_type}"
-    toml = builder.unpack(str(TINY / "tiny-eos.litertlm"), str(work))
-    meta_path = work / "LlmMetadataProto.pbtext"
-    meta = text_format.Parse(meta_path.read_text(), llm_metadata_pb2.LlmMetadata())
-    getattr(meta.llm_model_type, model_type).SetInParent()
-    if template is not None:
-        meta.jinja_prompt_template = template
-    meta_path.write_text(text_format.MessageToString(meta))
-    out = tmp / "models" / f"tiny-{model_type}.litertlm"
-    out.parent.mkdir(exist_ok=True)
-    builder.pack(toml, str(out))
-    shutil.rmtree(work)
-    return out
+    (tmp / "models").mkdir(exist_ok=True)
+    return real_litert.repack(TINY / "tiny-eos.litertlm", tmp / "models" / f"tiny-{model_type}.litertlm",
+                              model_type, template)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +51,7 @@ def serve_pkg():
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("tool-models")
-    return {"qwen3": repack(tmp, "qwen3", TOOL_TEMPLATE), "gemma3": repack(tmp, "gemma3")}
+    return {"qwen3": repack(tmp, "qwen3", real_litert.TOOL_TEMPLATE), "gemma3": repack(tmp, "gemma3")}
 
 
 class _Engines:
@@ -169,6 +125,20 @@ def test_the_tools_shown_to_the_model_follow_tool_choice(serve_pkg, engines, mod
         answers[choice] = (text, figures["prefill_tokens"])
     assert answers["none"][1] < answers["function"][1] < answers["auto"][1]
     assert len({a[0] for a in answers.values()}) == 3
+
+
+def test_the_services_last_user_turn_is_the_one_sent(serve_pkg, engines, models):
+    """The service may add to the last user turn (its response_format instruction): with tools the engine
+    sends the conversation in the runtime's shapes and that turn as the service made it."""
+    from edge_llm_serve.toolcalls import Prepared
+    eng = engines(models["qwen3"])
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    figures = []
+    for last in (ask[0]["content"], ask[0]["content"] + "\n\nAnswer with one JSON object and nothing else."):
+        job = serve_pkg.Job(kind="chat", prompt="", messages=[{"role": "user", "content": last}], system=None,
+                            max_tokens=4, tools=Prepared(ask, [WEATHER], "auto"))
+        figures.append(eng.generate(job, lambda piece: True))
+    assert figures[1]["prefill_tokens"] > figures[0]["prefill_tokens"] + 5
 
 
 def test_a_generic_model_takes_tools_and_answers_text(serve_pkg, engines):

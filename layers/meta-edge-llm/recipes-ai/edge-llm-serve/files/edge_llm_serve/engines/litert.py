@@ -303,6 +303,9 @@ class LiteRtLmEngine(Engine):
                     lib.litert_lm_conversation_config_set_system_message(cc, json.dumps(job.system).encode())
                 messages = job.messages if job.tools is None else runtime_messages(
                     [m for m in job.tools.messages if m.get("role") not in ("system", "developer")])
+                if job.tools is not None and messages[-1]["role"] == "user" and job.messages[-1]["role"] == "user":
+                    # the service's last user turn (with, e.g., its response_format instruction appended)
+                    messages[-1] = {"role": "user", "content": job.messages[-1]["content"]}
                 if len(messages) > 1:
                     lib.litert_lm_conversation_config_set_messages(cc, json.dumps(messages[:-1]).encode())
                 conv = self._conversation(cc, job)
