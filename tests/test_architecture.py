@@ -28,6 +28,7 @@ only shrink (an entry that no longer matches fails the test, so it is removed wh
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import provisioner
@@ -158,3 +159,88 @@ def test_every_module_is_under_600_lines():
     big = [f"{path.relative_to(PKG.parent)}: {n} lines" for path in sorted(PKG.rglob("*.py"))
            if (n := len(path.read_text(encoding="utf-8").splitlines())) >= MAX_MODULE_LINES]
     assert not big, f"modules of {MAX_MODULE_LINES} lines or more (split them):\n" + "\n".join(big)
+
+
+# ---------------------------------------------------------------------------------------------
+# The board's contract: its paths are written down in contracts/board.py only
+# ---------------------------------------------------------------------------------------------
+
+LAYER = PKG.parent / "layers" / "meta-edge-llm"
+#: the layer's weak defaults of the board variables, held equal to contracts.board by tests/image/test_layer.py
+LAYER_DEFAULTS = LAYER / "conf" / "edge-llm-board.conf"
+
+
+def _board_paths() -> dict[str, str]:
+    """Every absolute path contracts/board.py names (module constants), by constant name."""
+    from provisioner.contracts import board
+
+    return {k: v for k, v in vars(board).items() if k.isupper() and isinstance(v, str) and v.startswith("/")}
+
+
+def _restates(text: str, path: str) -> bool:
+    """``text`` names ``path`` itself (not a longer path that starts with it, e.g. ``/etc/edge-llm/x``)."""
+    at = text.find(path)
+    while at >= 0:
+        end = at + len(path)
+        if end == len(text) or not (text[end].isalnum() or text[end] in "/._-*"):
+            return True
+        at = text.find(path, end)
+    return False
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """The string literals of a module that are not docstrings (prose may name a path; code must import it)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def _layer_lines(path: Path) -> list[tuple[int, str]]:
+    """A layer file's lines that are not comments (a recipe's prose in a comment may name a path)."""
+    return [(i, ln) for i, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if not ln.lstrip().startswith("#")]
+
+
+def test_board_paths_are_defined_only_in_contracts_board():
+    """No provisioner module (the simulator, which plays the board, aside) and no layer recipe, class,
+    config or unit restates a board path: they import contracts.board or read its ${EDGE_LLM_*} variables."""
+    paths = _board_paths()
+    assert len(paths) > 20 and "RELEASE_JSON" in paths and "LIMITS_FILE" in paths
+    offences = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if rel == "contracts/board.py" or rel.startswith("sim/"):
+            continue
+        for line, text in _code_strings(path):
+            offences += [f"provisioner/{rel}:{line}: {name}" for name, value in paths.items() if _restates(text, value)]
+    layer_files = [p for p in LAYER.rglob("*") if p.is_file() and p != LAYER_DEFAULTS
+                   and (p.suffix in (".bb", ".bbclass", ".inc", ".bbappend", ".conf", ".in", ".service"))
+                   and "edge_llm_serve" not in p.parts]
+    assert any(p.name == "edge-llm-serve@.service" for p in layer_files)
+    for path in sorted(layer_files):
+        for line, text in _layer_lines(path):
+            offences += [f"{path.relative_to(PKG.parent)}:{line}: {name}"
+                         for name, value in paths.items() if _restates(text, value)]
+    assert not offences, "board paths restated outside contracts/board.py:\n" + "\n".join(offences)
+
+
+def test_restating_rule_catches_a_path_and_spares_a_longer_one():
+    assert _restates('RELEASE = "/etc/edge-llm/release.json"', "/etc/edge-llm/release.json")
+    assert _restates("reach /dev/fastrpc-cdsp only", "/dev/fastrpc-cdsp")
+    assert not _restates("/etc/edge-llm/station_key", "/etc/edge-llm")
+
+
+def test_the_serve_unit_text_exists_once():
+    """The unit's words live in the layer's unit file only: the fleet and the virtual image fill it in."""
+    from provisioner.contracts import board
+    from provisioner.fleet import service
+
+    marker = "Description=edge-llm inference service"
+    holders = [p for p in [*PKG.rglob("*.py"), *(f for f in LAYER.rglob("*") if f.is_file())]
+               if "__pycache__" not in p.parts and marker in p.read_text(encoding="utf-8", errors="replace")]
+    assert holders == [board.SERVE_UNIT_SOURCE], holders
+    assert service.unit_text("llm") == board.serve_unit_text("llm")
+    assert not re.search(r"@[A-Z_]+@", board.serve_unit_text("llm"))

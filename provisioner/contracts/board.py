@@ -12,9 +12,11 @@ a model update lands next to the previous one with an atomic ``current`` symlink
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner import shipped
 from provisioner.catalog import Board
 from provisioner.contracts import pins
 
@@ -46,10 +48,15 @@ SOC0_SERIAL = "/sys/devices/soc0/serial_number"
 UFS_SERIAL_GLOB = "/sys/bus/platform/devices/*/string_descriptors/serial_number"
 # where oe-core's sshd_config puts the host keys sshd_check_keys generates at first boot
 SSH_HOST_KEY_GLOB = "/etc/ssh/ssh_host_*_key.pub"
+# the memlock writers' files (the values: provisioner.contracts.memlock)
 LIMITS_FILE = "/etc/security/limits.d/50-edge-llm-memlock.conf"
 SYSTEMD_MEMLOCK_DROPIN = "/etc/systemd/system.conf.d/50-edge-llm-memlock.conf"
 SERVE_UNIT = "edge-llm-serve@.service"      # instance = model name
 SERVE_UNIT_DIR = "/etc/systemd/system"
+# the image's drop-in for every instance of the serve unit (edge-llm-memlock.bb)
+SERVE_MEMLOCK_DROPIN = "/etc/systemd/system/edge-llm-serve@.service.d/50-edge-llm-memlock.conf"
+# the fleet's per-model drop-in (fleet launch): the model's QAIRT environment
+SERVE_MODEL_DROPIN_NAME = "50-edge-llm-model.conf"
 SERVE_BIN = "/usr/bin/edge-llm-serve"
 SERVE_CONFIG_DIR = "/etc/edge-llm/serve"    # <model>.json per instance (edge-llm-serve --config)
 TOKEN_FILE = "/etc/edge-llm/serve/api-token"  # the board's bearer token (service user, 0600)
@@ -70,6 +77,58 @@ DT_COMPATIBLE = "/proc/device-tree/compatible"
 DT_MODEL = "/proc/device-tree/model"
 KERNEL_CMDLINE = "/proc/cmdline"
 MODEL_META = "model.json"                   # beside each model version: name, kind, qairt, sha256, size, files
+
+
+def layer_variables() -> dict[str, str]:
+    """The board paths as the layer's ``EDGE_LLM_*`` variables (render puts them in the ``edge-llm`` entry).
+
+    The recipes read these instead of restating the paths; the layer's ``conf/edge-llm-board.conf`` holds
+    the same values as ``??=`` defaults for a layer parsed without render (tests/image/test_layer.py keeps
+    the two equal).
+    """
+    return {
+        "EDGE_LLM_QAIRT_ROOT": QAIRT_ROOT,
+        "EDGE_LLM_LITERT_ROOT": LITERT_ROOT,
+        "EDGE_LLM_MODELS_ROOT": MODELS_ROOT,
+        "EDGE_LLM_RELEASE_FILE": RELEASE_JSON,
+        "EDGE_LLM_ISSUE_FILE": ISSUE_SNIPPET,
+        "EDGE_LLM_IDENTITY_ISSUE": IDENTITY_ISSUE,
+        "EDGE_LLM_IDENTITY_RUNFILE": IDENTITY_RUN_FILE,
+        "EDGE_LLM_IDENTITY_SCRIPT": IDENTITY_SCRIPT,
+        "EDGE_LLM_LIMITS_FILE": LIMITS_FILE,
+        "EDGE_LLM_SYSTEMD_DROPIN": SYSTEMD_MEMLOCK_DROPIN,
+        "EDGE_LLM_SERVE_DROPIN": SERVE_MEMLOCK_DROPIN,
+        "EDGE_LLM_SERVE_UNIT": SERVE_UNIT,
+        "EDGE_LLM_SERVE_BIN": SERVE_BIN,
+        "EDGE_LLM_SERVE_CONFIG_DIR": SERVE_CONFIG_DIR,
+        "EDGE_LLM_FASTRPC_DEVICE": FASTRPC_DEVICE,
+        "EDGE_LLM_FASTRPC_GROUP": FASTRPC_GROUP,
+        "EDGE_LLM_FASTRPC_SERVICE": FASTRPC_SERVICE,
+        "EDGE_LLM_DOWNLOAD_MODE_PARAM": DOWNLOAD_MODE_PARAM,
+    }
+
+
+#: the layer's template unit: the one text of edge-llm-serve@.service, with ``@EDGE_LLM_*@`` placeholders
+SERVE_UNIT_SOURCE = shipped.serve_dir() / SERVE_UNIT
+SERVE_UNIT_USER = "EDGE_LLM_INFERENCE_USER"
+
+
+def serve_unit_text(user: str) -> str:
+    """The serve unit as the image installs it: the layer's file with its placeholders filled in.
+
+    The recipe's do_install substitutes the same ``@EDGE_LLM_*@`` names from the same variables
+    (:func:`layer_variables` plus the inference user), so an image's unit and the one ``fleet launch``
+    writes are one text. A placeholder no variable fills is a ValueError (a new one must be added here).
+    """
+    values = {**layer_variables(), SERVE_UNIT_USER: user}
+    text = SERVE_UNIT_SOURCE.read_text(encoding="utf-8")
+
+    def fill(m: re.Match[str]) -> str:
+        if m.group(1) not in values:
+            raise ValueError(f"{SERVE_UNIT_SOURCE}: no value for @{m.group(1)}@")
+        return values[m.group(1)]
+
+    return re.sub(r"@([A-Z][A-Z0-9_]*)@", fill, text)
 
 
 def qairt_dir(version: str) -> str:

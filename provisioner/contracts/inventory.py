@@ -46,7 +46,7 @@ VARIABLES: dict[str, str] = {
     "edge_llm_board": "catalog id of the board type (group_vars of the board group set it)",
     "edge_llm_board_facts": "catalog facts of the board type (generated group_vars)",
     "edge_llm_models": "models the board must serve (list of ModelVars mappings)",
-    "edge_llm_expected_build_id": "release id the board's /etc/os-release BUILD_ID must equal",
+    "edge_llm_expected_build_id": "release id the board's os-release BUILD_ID must equal",
     "edge_llm_download_mode": "qcom_scm download_mode policy (0 or off: production, 1 or full: debug, 'any')",
     "edge_llm_serial": "board serial number (station records)",
     "edge_llm_slot": "station slot the board was flashed in",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from provisioner.contracts import board as on_board
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -37,13 +39,15 @@ DIAGNOSES: dict[str, Diagnosis] = {
     "fastrpc-missing": Diagnosis("FastRPC userspace or device missing: the runtime cannot reach the cDSP "
                                  "(Genie reports 'Failed to create device: 14001')",
                                  "install QLI's fastrpc package, enable cdsprpcd.service", _FASTRPC_SRC),
-    "fastrpc-perms": Diagnosis("/dev/fastrpc-cdsp is not what fastrpc's udev rule sets (fastrpc:fastrpc 0660): "
-                               "the service user cannot open it, or users outside group fastrpc can",
+    "fastrpc-perms": Diagnosis(f"{on_board.FASTRPC_DEVICE} is not what fastrpc's udev rule sets "
+                               "(fastrpc:fastrpc 0660): the service user cannot open it, or users outside group "
+                               "fastrpc can",
                                "restore fastrpc's 60-fastrpc.rules (no later rule may change OWNER/GROUP/MODE), "
-                               "then udevadm trigger /dev/fastrpc-cdsp; the service user joins group fastrpc",
+                               f"then udevadm trigger {on_board.FASTRPC_DEVICE}; the service user joins group "
+                               "fastrpc",
                                "github.com/qualcomm/fastrpc files/60-fastrpc.rules (05b9e02); meta-qcom "
                                "recipes-support/fastrpc/fastrpc_1.0.6.bb (ef0004df)"),
-    "fastrpc-group": Diagnosis("the inference user is not in group fastrpc: it cannot open /dev/fastrpc-cdsp "
+    "fastrpc-group": Diagnosis(f"the inference user is not in group fastrpc: it cannot open {on_board.FASTRPC_DEVICE} "
                                "(Genie: 'Failed to create device: 14001')",
                                "usermod -aG fastrpc <user> (the image's EXTRA_USERS_PARAMS / the serve unit's "
                                "SupplementaryGroups=fastrpc)", _FASTRPC_SRC),
@@ -100,7 +104,7 @@ DIAGNOSES: dict[str, Diagnosis] = {
                       "catalog models.yaml TTFT ceiling"),
     "download-mode": Diagnosis("qcom_scm download_mode differs from the fleet policy (1 parks a crashed board in "
                                "EDL ramdump 900e until power-cycled)",
-                               "echo 0 > /sys/module/qcom_scm/parameters/download_mode, or boot with "
+                               f"echo 0 > {on_board.DOWNLOAD_MODE_PARAM}, or boot with "
                                "qcom_scm.download_mode=0", "Linux drivers/firmware/qcom/qcom_scm.c download_mode"),
     "smoke-failed": Diagnosis("the smoke inference failed", "read the log tail in the report", "fleet"),
     "probe": Diagnosis("the board could not be probed", "check SSH access and python3 on the board", "fleet"),

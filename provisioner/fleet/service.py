@@ -1,10 +1,11 @@
 """edge-llm-serve as a systemd service: the template unit, per-model drop-ins and configs.
 
-One source for the unit text: the launch playbook writes :func:`unit_text`, and the layer's
-recipe ships ``files/edge-llm-serve@.service`` which a test keeps identical (with the user
-substituted). The per-model drop-in carries what differs per model: the model's QAIRT in
-LD_LIBRARY_PATH/ADSP_LIBRARY_PATH (:func:`provisioner.contracts.board.run_env`) and LimitMEMLOCK=infinity
-again (limits.conf never applies to services: systemd.exec(5), LimitMEMLOCK=; QLI's default is 8 MB).
+One source for the unit text: the layer's ``files/edge-llm-serve@.service``, which the recipe installs
+and the launch playbook writes as :func:`unit_text` (both fill its placeholders from
+:mod:`provisioner.contracts.board`). The per-model drop-in carries what differs per model: the model's
+QAIRT in LD_LIBRARY_PATH/ADSP_LIBRARY_PATH (:func:`provisioner.contracts.board.run_env`). Neither sets
+LimitMEMLOCK=: the image's drop-in for every instance does, from the manifest's image.memlock
+(:mod:`provisioner.contracts.memlock`), and a later drop-in setting it would override that policy.
 """
 
 from __future__ import annotations
@@ -20,34 +21,10 @@ from provisioner.contracts.inventory import HostVars
 from provisioner.fleet.onboard import SERVE_SCRIPT, program_bytes, serve
 from provisioner.fleet.serve_config import serve_config
 
-DROPIN_NAME = "50-edge-llm-model.conf"
-USER_PLACEHOLDER = "@EDGE_LLM_INFERENCE_USER@"
-
 
 def unit_text(user: str = "llm") -> str:
-    """The ``edge-llm-serve@.service`` template unit (instance = model name)."""
-    return (
-        "[Unit]\n"
-        "Description=edge-llm inference service for %i\n"
-        f"After=network-online.target {on_board.FASTRPC_SERVICE}\n"
-        "Wants=network-online.target\n"
-        "\n"
-        "[Service]\n"
-        "Type=simple\n"
-        f"User={user}\n"
-        f"SupplementaryGroups={on_board.FASTRPC_GROUP}\n"
-        f"ExecStart={on_board.SERVE_BIN} serve --config {on_board.SERVE_CONFIG_DIR}/%i.json\n"
-        "# FastRPC pins ~1.17 GB of weights; limits.conf does not apply to services (systemd.exec(5))\n"
-        "LimitMEMLOCK=infinity\n"
-        "Restart=on-failure\n"
-        "RestartSec=2\n"
-        "# exit 2: edge-llm-serve refused its config (no token, bad bind); a restart cannot help (systemd.service(5))\n"
-        "RestartPreventExitStatus=2\n"
-        "NoNewPrivileges=yes\n"
-        "\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
-    )
+    """The ``edge-llm-serve@.service`` template unit (instance = model name): the layer's, as the image has it."""
+    return on_board.serve_unit_text(user)
 
 
 def instance_unit(model: str) -> str:
@@ -87,7 +64,6 @@ def dropin_text(env: dict[str, str]) -> str:
     for key in ("LD_LIBRARY_PATH", "ADSP_LIBRARY_PATH", "PATH"):
         if key in env:
             lines.append(f'Environment="{key}={env[key]}"')
-    lines.append("LimitMEMLOCK=infinity")
     return "\n".join(lines) + "\n"
 
 
@@ -104,7 +80,7 @@ def units(expect: HostVars, *, bind: str = "127.0.0.1", port_base: int = on_boar
             "socket_text": socket_text(m.name, bind, cfg["port"]),
             "config_path": f"{on_board.SERVE_CONFIG_DIR}/{m.name}.json", "config": cfg,
             "dropin_dir": f"{on_board.SERVE_UNIT_DIR}/{unit}.d",
-            "dropin_path": f"{on_board.SERVE_UNIT_DIR}/{unit}.d/{DROPIN_NAME}",
+            "dropin_path": f"{on_board.SERVE_UNIT_DIR}/{unit}.d/{on_board.SERVE_MODEL_DROPIN_NAME}",
             "dropin": dropin_text(cfg["env"]),
             "health_url": health_url(bind, cfg["port"]),
             "qairt": m.qairt, "meta_path": f"{on_board.model_current(m.name)}/{on_board.MODEL_META}",

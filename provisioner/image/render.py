@@ -32,7 +32,8 @@ import jinja2
 import yaml
 
 from provisioner import context, shipped, tools
-from provisioner.contracts import pins
+from provisioner.contracts import board as on_board
+from provisioner.contracts import memlock, pins
 from provisioner.errors import RenderError
 from provisioner.manifest import Manifest
 from provisioner.plan import (
@@ -145,10 +146,13 @@ def local_conf_snippets(plan: Plan) -> dict[str, str]:
         f"EDGE_LLM_HEXAGON_ARCH = {_q(plan.board.hexagon_arch)}",
         f"EDGE_LLM_SOC_MODEL = {_q(str(plan.board.qnn_soc_model))}",
         f"EDGE_LLM_DOWNLOAD_MODE = {_q(str(plan.download_mode))}",
-        f"EDGE_LLM_MEMLOCK = {_q(plan.memlock)}",
         f"EDGE_LLM_INFERENCE_USER = {_q(plan.inference_user)}",
         f"EDGE_LLM_LOGIN_POLICY = {_q(plan.login_policy)}",
     ]
+    # the board paths (contracts.board) and the image.memlock rule's limits (contracts.memlock): the recipes
+    # read these, they do not restate them
+    lines += [f"{k} = {_q(v)}" for k, v in {**on_board.layer_variables(),
+                                            **memlock.layer_variables(plan.memlock)}.items()]
     if plan.ssh_keys:
         # Keys are joined with a literal backslash-n, which edge-llm-login splits on.
         lines.append('EDGE_LLM_SSH_AUTHORIZED_KEYS = "' + "\\n".join(plan.ssh_keys) + '"')
@@ -366,6 +370,6 @@ def check_meta_qcom_entries_kept(config: dict[str, Any], ours: list[Path], ci_di
               if ln.strip().startswith(("OS_RELEASE_FIELDS:append", "OS_RELEASE_FIELDS +="))
               and "BUILD_ID" in ln]
     if not fields:
-        raise RenderError("no local_conf_header entry adds BUILD_ID to OS_RELEASE_FIELDS: /etc/os-release would "
-                          "have no BUILD_ID (boot check, getty banner and fleet verify read it)",
+        raise RenderError(f"no local_conf_header entry adds BUILD_ID to OS_RELEASE_FIELDS: {on_board.OS_RELEASE} "
+                          "would have no BUILD_ID (boot check, getty banner and fleet verify read it)",
                           "keep meta-qcom ci/base.yml's 'os-release' entry (do not replace it)")

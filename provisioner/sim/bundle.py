@@ -32,6 +32,7 @@ import yaml
 
 from provisioner import catalog, shipped
 from provisioner.contracts import board as on_board
+from provisioner.contracts import memlock
 from provisioner.errors import SimError
 
 DEFAULT_IMAGE = "edge-llm-image"
@@ -173,14 +174,13 @@ def _runtime_script(name: str) -> str:
 def _serve_files(user: str) -> tuple[str, bytes]:
     """(unit text, program bytes) of edge-llm-serve for the virtual image.
 
-    The unit is the layer's ``recipes-ai/edge-llm-serve/files`` one (what bitbake packages), with the one
-    substitution its do_install makes (``@EDGE_LLM_INFERENCE_USER@`` -> the inference user): the virtual
+    The unit is the layer's ``recipes-ai/edge-llm-serve/files`` one (what bitbake packages), with the
+    substitutions its do_install makes (:func:`provisioner.contracts.board.serve_unit_text`): the virtual
     image ships the image's unit, not the fleet's writer of it. The program is the layer's package as the
     one file ``fleet launch`` pushes (:func:`provisioner.shipped.serve_program`): a virtual board's
     ``/usr/lib`` carries single files only, not the package directory the recipe puts in site-packages.
     """
-    unit = (shipped.serve_dir() / "edge-llm-serve@.service").read_text(encoding="utf-8")
-    return unit.replace("@EDGE_LLM_INFERENCE_USER@", user), shipped.serve_program()
+    return on_board.serve_unit_text(user), shipped.serve_program()
 
 
 def _stub_lib(name: str, qairt: str) -> bytes:
@@ -278,14 +278,17 @@ def os_release_text(local_conf: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _memlock_lines(memlock: str) -> tuple[str, str]:
-    value = str(memlock)
-    limits = "infinity" if value == "unlimited" else str(int(value) * 1024)
-    return (f"# installed by meta-edge-llm: FastRPC must pin ~1.17 GB for the model weights\n"
-            f"*    soft    memlock    {value}\n*    hard    memlock    {value}\n"
-            f"root soft    memlock    {value}\nroot hard    memlock    {value}\n",
-            f"# installed by meta-edge-llm: limits.conf does not apply to systemd services\n"
-            f"[Manager]\nDefaultLimitMEMLOCK={limits}\n")
+def _memlock_files(policy: str) -> dict[str, str]:
+    """What edge-llm-memlock.bb installs for ``policy``: the values from the one rule (contracts.memlock)."""
+    rule = memlock.limits(policy)
+    value = rule.session
+    return {on_board.LIMITS_FILE: "# installed by meta-edge-llm: FastRPC must pin ~1.17 GB for the model weights\n"
+                                  f"*    soft    memlock    {value}\n*    hard    memlock    {value}\n"
+                                  f"root soft    memlock    {value}\nroot hard    memlock    {value}\n",
+            on_board.SYSTEMD_MEMLOCK_DROPIN: "# installed by meta-edge-llm: limits.conf does not apply to systemd "
+                                             f"services\n[Manager]\nDefaultLimitMEMLOCK={rule.service}\n",
+            on_board.SERVE_MEMLOCK_DROPIN: "# installed by meta-edge-llm: the inference service pins the model's "
+                                           f"weights\n[Service]\nLimitMEMLOCK={rule.service}\n"}
 
 
 def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
@@ -324,9 +327,8 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
     download_mode = int(image.download_mode)
     _write(tree, CMDLINE_FILE, "root=PARTLABEL=rootfs rw rootwait console=ttyMSM0,115200n8 earlycon "
            f"pcie_pme=nomsi kernel.sched_pelt_multiplier=4 qcom_scm.download_mode={download_mode}\n")
-    limits, dropin = _memlock_lines(image.memlock)
-    _write(tree, on_board.LIMITS_FILE, limits)
-    _write(tree, on_board.SYSTEMD_MEMLOCK_DROPIN, dropin)
+    for path, text in _memlock_files(image.memlock).items():
+        _write(tree, path, text)
     _write(tree, on_board.FASTRPC_LIB, fake_elf("libcdsprpc.so fastrpc 1.0.6", 2048), 0o755)
     _write(tree, f"/usr/lib/systemd/system/{on_board.FASTRPC_SERVICE}",
            "[Unit]\nDescription=cDSP RPC daemon\n\n[Service]\nExecStart=/usr/bin/cdsprpcd\n"

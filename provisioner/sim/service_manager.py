@@ -111,12 +111,7 @@ class Manager:
                     break
             if fragment:
                 break
-        dropins: list[str] = []
-        for d in self.unit_dirs:
-            for cand in ((template, name) if template else (name,)):
-                dd = Path(d) / f"{cand}.d"
-                if dd.is_dir():
-                    dropins += sorted(str(p) for p in dd.glob("*.conf"))
+        dropins = self.dropin_paths(name, template)
         if name in BUILTIN_UNITS and not self.masked(name) and (fragment is None or not unit_has_binary(fragment)):
             b = BUILTIN_UNITS[name]
             return Unit(name, fragment, dropins, {"Unit": [("Description", b["Description"])],
@@ -132,6 +127,22 @@ class Manager:
             for sec, items in parse_ini(text).items():
                 sections.setdefault(sec, []).extend(items)
         return Unit(name, fragment, dropins, sections)
+
+    def dropin_paths(self, name: str, template: str | None = None) -> list[str]:
+        """The drop-ins of ``name`` in the order systemd applies them (systemd.unit(5), DESCRIPTION, the
+        drop-in paragraphs; systemd/systemd man/systemd.unit.xml @ 5dcd46dd): the instance's ``.d/`` and
+        the template's, in every unit directory; a file masks one of the same name in a directory of lower
+        precedence (/etc over /run over /usr/lib; the instance's before the template's), and "multiple
+        drop-in files with different names are applied in lexicographic order, regardless of which of the
+        directories they reside in". So a later name wins whatever directory it sits in."""
+        by_name: dict[str, str] = {}
+        for d in self.unit_dirs:
+            for cand in ((name, template) if template else (name,)):
+                dd = Path(d) / f"{cand}.d"
+                if dd.is_dir():
+                    for p in sorted(dd.glob("*.conf")):
+                        by_name.setdefault(p.name, str(p))
+        return [by_name[n] for n in sorted(by_name)]
 
     def masked(self, name: str) -> bool:
         p = Path(self.unit_dirs[0]) / self.canonical(name)

@@ -6,10 +6,12 @@ The HTTP service itself (OpenAI API, auth, robustness) is tested in tests/serve/
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from provisioner.contracts import board as on_board
 from provisioner.fleet import onboard, service
 from provisioner.fleet.onboard import serve
 
@@ -40,11 +42,18 @@ def test_one_source_for_the_program_the_layer_and_the_fleet_install():
     assert Path(serve.__file__).resolve() == (RECIPE / "files" / "edge_llm_serve" / "__init__.py").resolve()
     assert onboard.SERVE_SCRIPT.resolve() == (RECIPE / "files" / "edge-llm-serve").resolve()
     assert not (REPO / "provisioner" / "board").exists()
-    unit = (RECIPE / "files" / "edge-llm-serve@.service").read_text().replace(service.USER_PLACEHOLDER, "llm")
-    assert unit == service.unit_text("llm")
-    assert "LimitMEMLOCK=infinity" in unit and "SupplementaryGroups=fastrpc" in unit
+    # the unit is the layer's file with its placeholders filled from contracts.board, as the recipe fills them
+    assert on_board.SERVE_UNIT_SOURCE.resolve() == (RECIPE / "files" / "edge-llm-serve@.service").resolve()
+    unit = service.unit_text("llm")
+    assert unit == on_board.serve_unit_text("llm") and "User=llm" in unit and "SupplementaryGroups=fastrpc" in unit
+    assert f"ExecStart={on_board.SERVE_BIN} serve --config {on_board.SERVE_CONFIG_DIR}/%i.json" in unit
+    # no limit of its own: the image's drop-in sets image.memlock (tests/image/test_memlock.py)
+    assert not [ln for ln in unit.splitlines() if ln.startswith("LimitMEMLOCK")]
     recipe = (RECIPE / "edge-llm-serve_1.0.bb").read_text()
-    assert service.USER_PLACEHOLDER.strip("@") in recipe and "inherit allarch systemd" in recipe
+    source = on_board.SERVE_UNIT_SOURCE.read_text()
+    for name in sorted(set(re.findall(r"@([A-Z_]+)@", source))):
+        assert f"s,@{name}@,${{{name}}},g" in recipe, name      # the recipe fills every placeholder
+    assert "inherit allarch systemd" in recipe
 
 
 def test_launch_writes_a_socket_unit_that_holds_each_instances_port():

@@ -105,17 +105,38 @@ def test_readme_documents_every_variable_the_layer_reads():
     assert len(used) > 30
 
 
+def test_board_variables_default_to_the_contract_and_render_sets_them(tmp_path, distro_layer):
+    """conf/edge-llm-board.conf's weak defaults (a layer parsed without render) equal contracts.board's
+    paths and contracts.memlock's default limits, and render's edge-llm entry sets the same names."""
+    from provisioner.contracts import memlock
+
+    wanted = {**on_board.layer_variables(), **memlock.layer_variables()}
+    d = bbparse.base_data(_env(tmp_path, distro_layer))
+    assert {k: d.getVar(k) for k in wanted} == wanted
+    defaults = (LAYER / "conf" / "edge-llm-board.conf").read_text()
+    assert set(re.findall(r"^(EDGE_LLM_[A-Z_]+) \?\?=", defaults, re.M)) == set(wanted)
+    render(load_manifest(write_manifest(tmp_path / "m.yaml")), tmp_path / "out")
+    conf = yaml.safe_load((tmp_path / "out" / "edge-llm.yml").read_text())["local_conf_header"]["edge-llm"]
+    for k, v in wanted.items():
+        assert f'{k} = "{v}"' in conf.splitlines()
+
+
 def test_paths_agree_with_the_layout_contract(tmp_path, distro_layer):
     env = _env(tmp_path, distro_layer)
     mem = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-memlock/edge-llm-memlock.bb", env)
     assert mem.getVar("EDGE_LLM_LIMITS_FILE") == on_board.LIMITS_FILE
     assert mem.getVar("EDGE_LLM_SYSTEMD_DROPIN") == on_board.SYSTEMD_MEMLOCK_DROPIN
     serve_dropin = f"{on_board.SERVE_UNIT_DIR}/{on_board.SERVE_UNIT}.d/50-edge-llm-memlock.conf"
-    assert mem.getVar("EDGE_LLM_SERVE_DROPIN") == serve_dropin
+    assert mem.getVar("EDGE_LLM_SERVE_DROPIN") == serve_dropin == on_board.SERVE_MEMLOCK_DROPIN
     dm = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-download-mode/edge-llm-download-mode.bb", env)
     assert dm.getVar("EDGE_LLM_DOWNLOAD_MODE_PARAM") == on_board.DOWNLOAD_MODE_PARAM
     user = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-user/edge-llm-user.bb", env)
     assert user.getVar("EDGE_LLM_FASTRPC_GROUP") == on_board.FASTRPC_GROUP
+    ident = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-identity/edge-llm-identity.bb", env)
+    assert (ident.getVar("EDGE_LLM_IDENTITY_ISSUE"), ident.getVar("EDGE_LLM_IDENTITY_RUNFILE")) == \
+        (on_board.IDENTITY_ISSUE, on_board.IDENTITY_RUN_FILE)
+    image = bbparse.parse_recipe(LAYER / "recipes-products/images/edge-llm-image.bb", env)
+    assert image.getVar("EDGE_LLM_RELEASE_FILE") == on_board.RELEASE_JSON
     q = bbparse.parse_recipe(LAYER / "recipes-ai/qairt/qairt-runtime-2.44.0.260225.bb", env)
     assert q.getVar("QAIRT_DIR") == on_board.qairt_dir("2.44.0.260225")
     lt = bbparse.parse_recipe(LAYER / "recipes-ai/litert-lm/litert-lm-runtime.bb", env)
@@ -251,6 +272,24 @@ def test_memlock_files(tmp_path, distro_layer):
     assert "DefaultLimitMEMLOCK=infinity" in (dest / on_board.SYSTEMD_MEMLOCK_DROPIN.lstrip("/")).read_text()
     serve = dest / f"{on_board.SERVE_UNIT_DIR}/{on_board.SERVE_UNIT}.d/50-edge-llm-memlock.conf".lstrip("/")
     assert serve.read_text().splitlines()[1:] == ["[Service]", "LimitMEMLOCK=infinity"]
+
+
+def test_serve_recipe_installs_the_unit_the_fleet_writes(tmp_path, distro_layer):
+    """The image's edge-llm-serve@.service is the text ``fleet launch`` writes, for the manifest's user."""
+    import shutil
+
+    from provisioner.fleet import service
+
+    d = bbparse.parse_recipe(LAYER / "recipes-ai/edge-llm-serve/edge-llm-serve_1.0.bb",
+                             _env(tmp_path, distro_layer, local='EDGE_LLM_INFERENCE_USER = "svc"\n'))
+    os.makedirs(d.getVar("UNPACKDIR"), exist_ok=True)
+    shutil.copytree(LAYER / "recipes-ai/edge-llm-serve/files", d.getVar("UNPACKDIR"), dirs_exist_ok=True)
+    _run(d, "do_install")
+    dest = Path(d.getVar("D"))
+    unit = dest / (d.getVar("systemd_system_unitdir") + "/" + on_board.SERVE_UNIT).lstrip("/")
+    assert unit.read_text() == service.unit_text("svc")
+    assert os.access(dest / on_board.SERVE_BIN.lstrip("/"), os.X_OK)
+    assert (dest / on_board.SERVE_CONFIG_DIR.lstrip("/")).is_dir()
 
 
 @pytest.mark.parametrize("mode", ["0", "1"])

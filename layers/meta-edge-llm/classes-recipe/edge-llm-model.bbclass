@@ -9,7 +9,6 @@
 # it is checked when the recipe is parsed (declared values: the build fails before anything runs)
 # and again in do_edge_llm_verify on the unpacked artifact (what the files really say).
 
-EDGE_LLM_MODELS_ROOT ??= "/opt/edge-llm/models"
 EDGE_LLM_MODEL_NAME ??= "${@d.getVar('PN').replace('edge-llm-model-', '', 1)}"
 EDGE_LLM_MODEL_KIND ??= "litertlm"
 EDGE_LLM_MODEL_VERSION ??= "unpinned"

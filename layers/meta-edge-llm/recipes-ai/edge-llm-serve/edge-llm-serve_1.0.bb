@@ -4,10 +4,10 @@ DESCRIPTION = "A stdlib-only Python service that loads the model once through th
                POST /v1/chat/completions and /v1/completions (SSE streaming), GET /health, /livez and \
                /metrics (Prometheus text written by the service itself, so python3-prometheus-client is \
                not needed). A bearer token per board; without it the service does not start. Instances \
-               are edge-llm-serve@<model>.service, configured by /etc/edge-llm/serve/<model>.json, each \
+               are edge-llm-serve@<model>.service, configured by <model>.json in EDGE_LLM_SERVE_CONFIG_DIR, each \
                on the port its edge-llm-serve@<model>.socket holds (both written by the fleet's launch \
                playbook). files/edge_llm_serve (the package, in python3's site-packages) and \
-               files/edge-llm-serve (its entry point, /usr/bin/edge-llm-serve) are the one source: the \
+               files/edge-llm-serve (its entry point, EDGE_LLM_SERVE_BIN) are the one source: the \
                provisioner imports the package and its launch playbook copies it to boards."
 SECTION = "ai"
 LICENSE = "Apache-2.0"
@@ -28,7 +28,7 @@ inherit python3-dir
 # System user the service runs as (same variable as edge-llm-user; member of group fastrpc).
 EDGE_LLM_INFERENCE_USER ??= "llm"
 
-SYSTEMD_SERVICE:${PN} = "edge-llm-serve@.service"
+SYSTEMD_SERVICE:${PN} = "${EDGE_LLM_SERVE_UNIT}"
 # Instances (one per model) are enabled by the image or the fleet's launch playbook, not here.
 SYSTEMD_AUTO_ENABLE:${PN} = "disable"
 
@@ -36,18 +36,26 @@ do_configure[noexec] = "1"
 do_compile[noexec] = "1"
 
 do_install() {
-    install -d ${D}${bindir} ${D}${systemd_system_unitdir} ${D}${sysconfdir}/edge-llm/serve
-    install -m 0755 ${UNPACKDIR}/edge-llm-serve ${D}${bindir}/edge-llm-serve
+    install -d ${D}$(dirname ${EDGE_LLM_SERVE_BIN}) ${D}${systemd_system_unitdir} ${D}${EDGE_LLM_SERVE_CONFIG_DIR}
+    install -m 0755 ${UNPACKDIR}/edge-llm-serve ${D}${EDGE_LLM_SERVE_BIN}
     # the package's sources only (a checkout's __pycache__ stays out of the image)
     install -d ${D}${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve/engines
     install -m 0644 ${UNPACKDIR}/edge_llm_serve/*.py ${D}${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve/
     install -m 0644 ${UNPACKDIR}/edge_llm_serve/engines/*.py ${D}${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve/engines/
+    # the unit's @EDGE_LLM_*@ placeholders, the same ones provisioner/contracts/board.py serve_unit_text fills
     sed -e 's,@EDGE_LLM_INFERENCE_USER@,${EDGE_LLM_INFERENCE_USER},g' \
-        ${UNPACKDIR}/edge-llm-serve@.service > ${D}${systemd_system_unitdir}/edge-llm-serve@.service
-    chmod 0644 ${D}${systemd_system_unitdir}/edge-llm-serve@.service
+        -e 's,@EDGE_LLM_FASTRPC_SERVICE@,${EDGE_LLM_FASTRPC_SERVICE},g' \
+        -e 's,@EDGE_LLM_FASTRPC_GROUP@,${EDGE_LLM_FASTRPC_GROUP},g' \
+        -e 's,@EDGE_LLM_SERVE_BIN@,${EDGE_LLM_SERVE_BIN},g' \
+        -e 's,@EDGE_LLM_SERVE_CONFIG_DIR@,${EDGE_LLM_SERVE_CONFIG_DIR},g' \
+        ${UNPACKDIR}/edge-llm-serve@.service > ${D}${systemd_system_unitdir}/${EDGE_LLM_SERVE_UNIT}
+    if grep -q '@[A-Z_]*@' ${D}${systemd_system_unitdir}/${EDGE_LLM_SERVE_UNIT}; then
+        bbfatal "${EDGE_LLM_SERVE_UNIT}: a placeholder is left unfilled -> add it to the sed above"
+    fi
+    chmod 0644 ${D}${systemd_system_unitdir}/${EDGE_LLM_SERVE_UNIT}
 }
 
-FILES:${PN} += "${sysconfdir}/edge-llm/serve ${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve"
+FILES:${PN} += "${EDGE_LLM_SERVE_CONFIG_DIR} ${PYTHON_SITEPACKAGES_DIR}/edge_llm_serve"
 # Modules by package per openembedded-core 06dd66e6 meta/recipes-devtools/python/python3/python3-manifest.json:
 # ctypes, socket (io), hmac and http/ (netclient), queue (threading), resource, socketserver (netserver),
 # html (html: http.server imports it at module level, and no package above pulls it in).

@@ -15,7 +15,7 @@ LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7ca
 LITERT_LM_REV ??= "cbf463d97fa3"
 # The runtime is compiled against exactly this QAIRT build (LiteRT's third_party/qairt pin).
 LITERT_LM_QAIRT ??= "2.44.0.260225"
-LITERT_LM_ROOT ??= "/opt/litert-lm"
+LITERT_LM_ROOT ??= "${EDGE_LLM_LITERT_ROOT}"
 # The files land in LITERT_LM_ROOT/<rev>, or under /usr in an OSTree (sota) image with a boot-time
 # link from LITERT_LM_ROOT/<rev> (edge-llm-opt.bbclass: meta-updater empties /opt in the commit).
 inherit edge-llm-opt

@@ -11,9 +11,7 @@ SRC_URI = "file://edge-llm-boot-check \
            file://edge-llm-boot-check.service.in \
           "
 
-# provisioner/layout.py FASTRPC_DEVICE and FASTRPC_SERVICE
-EDGE_LLM_FASTRPC_DEVICE = "/dev/fastrpc-cdsp"
-EDGE_LLM_FASTRPC_SERVICE = "cdsprpcd.service"
+# EDGE_LLM_FASTRPC_DEVICE and EDGE_LLM_FASTRPC_SERVICE: conf/edge-llm-board.conf (the board paths)
 # where edge-llm-opt.bbclass writes the tmpfiles.d snippets that link the trees into /opt
 EDGE_LLM_TMPFILES_DIR = "${nonarch_libdir}/tmpfiles.d"
 

@@ -11,8 +11,7 @@ SRC_URI = "file://edge-llm-download-mode.service.in"
 
 # 0 (production) or 1 (debug). Set by `provisioner render` from the manifest's image.download_mode.
 EDGE_LLM_DOWNLOAD_MODE ??= "0"
-# provisioner/layout.py DOWNLOAD_MODE_PARAM
-EDGE_LLM_DOWNLOAD_MODE_PARAM = "/sys/module/qcom_scm/parameters/download_mode"
+# EDGE_LLM_DOWNLOAD_MODE_PARAM: conf/edge-llm-board.conf (the board paths)
 
 S = "${UNPACKDIR}"
 

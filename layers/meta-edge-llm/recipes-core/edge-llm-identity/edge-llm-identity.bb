@@ -12,9 +12,7 @@ SRC_URI = "file://edge-llm-identity \
            file://edge-llm-identity.service.in \
           "
 
-# provisioner/layout.py IDENTITY_ISSUE and IDENTITY_RUN_FILE
-EDGE_LLM_IDENTITY_ISSUE = "${sysconfdir}/issue.d/60-edge-llm-identity.issue"
-EDGE_LLM_IDENTITY_RUNFILE = "/run/edge-llm/identity.issue"
+# EDGE_LLM_IDENTITY_SCRIPT, EDGE_LLM_IDENTITY_ISSUE and EDGE_LLM_IDENTITY_RUNFILE: conf/edge-llm-board.conf
 
 S = "${UNPACKDIR}"
 
@@ -24,12 +22,13 @@ SYSTEMD_SERVICE:${PN} = "edge-llm-identity.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 
 do_install() {
-    install -d ${D}${libexecdir} ${D}${systemd_system_unitdir} ${D}${sysconfdir}/issue.d
-    install -m 0755 ${S}/edge-llm-identity ${D}${libexecdir}/edge-llm-identity
-    sed -e 's#@LIBEXEC@#${libexecdir}#g' -e 's#@RUNFILE@#${EDGE_LLM_IDENTITY_RUNFILE}#g' \
+    install -d ${D}$(dirname ${EDGE_LLM_IDENTITY_SCRIPT}) ${D}${systemd_system_unitdir} \
+        ${D}$(dirname ${EDGE_LLM_IDENTITY_ISSUE})
+    install -m 0755 ${S}/edge-llm-identity ${D}${EDGE_LLM_IDENTITY_SCRIPT}
+    sed -e 's#@SCRIPT@#${EDGE_LLM_IDENTITY_SCRIPT}#g' -e 's#@RUNFILE@#${EDGE_LLM_IDENTITY_RUNFILE}#g' \
         ${S}/edge-llm-identity.service.in > ${D}${systemd_system_unitdir}/edge-llm-identity.service
     chmod 0644 ${D}${systemd_system_unitdir}/edge-llm-identity.service
     ln -sf ${EDGE_LLM_IDENTITY_RUNFILE} ${D}${EDGE_LLM_IDENTITY_ISSUE}
 }
 
-FILES:${PN} += "${libexecdir}/edge-llm-identity ${EDGE_LLM_IDENTITY_ISSUE}"
+FILES:${PN} += "${EDGE_LLM_IDENTITY_SCRIPT} ${EDGE_LLM_IDENTITY_ISSUE}"

@@ -15,9 +15,8 @@ EDGE_LLM_SSH_AUTHORIZED_KEYS ??= ""
 inherit allarch
 
 EDGE_LLM_SSHD_DROPIN = "${sysconfdir}/ssh/sshd_config.d/50-edge-llm.conf"
-# provisioner/layout.py ISSUE_SNIPPET; agetty expands \S{BUILD_ID} from os-release at every prompt,
-# so this file never changes between releases (no rebuild, sstate stays valid).
-EDGE_LLM_ISSUE_FILE = "${sysconfdir}/issue.d/50-edge-llm.issue"
+# EDGE_LLM_ISSUE_FILE (conf/edge-llm-board.conf): agetty expands \S{BUILD_ID} from os-release at every
+# prompt, so this file never changes between releases (no rebuild, sstate stays valid).
 EDGE_LLM_ROOT_HOME = "${ROOT_HOME}"
 # Where root's keys live on an OSTree (sota) image. meta-updater's image_types_ostree.bbclass
 # (uptane/meta-updater @ f0e1ccaf, lines 99-100) deletes ${ROOT_HOME} (/root: openembedded-core 06dd66e6

@@ -6,22 +6,23 @@ SECTION = "base"
 LICENSE = "MIT"
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
 
-# "unlimited" or a KiB count (limits.conf unit); systemd gets "infinity" or the same size in KiB.
-EDGE_LLM_MEMLOCK ??= "unlimited"
+# The limits and the three files' paths come from conf/edge-llm-board.conf, which `provisioner render`
+# fills from the manifest's image.memlock by one rule (provisioner/contracts/memlock.py): sessions get
+# EDGE_LLM_MEMLOCK ("unlimited" or KiB, limits.conf), services EDGE_LLM_SERVICE_MEMLOCK ("infinity" or
+# the same KiB with K, systemd). The files: EDGE_LLM_LIMITS_FILE, EDGE_LLM_SYSTEMD_DROPIN (the manager's
+# default for every service) and EDGE_LLM_SERVE_DROPIN (every instance of the inference service; the
+# serve unit and the fleet's per-model drop-in set no limit of their own).
 
 inherit allarch
 
-# Paths: provisioner/layout.py LIMITS_FILE, SYSTEMD_MEMLOCK_DROPIN, SERVE_UNIT (drop-in for all instances).
-EDGE_LLM_LIMITS_FILE = "${sysconfdir}/security/limits.d/50-edge-llm-memlock.conf"
-EDGE_LLM_SYSTEMD_DROPIN = "${sysconfdir}/systemd/system.conf.d/50-edge-llm-memlock.conf"
-EDGE_LLM_SERVE_DROPIN = "${sysconfdir}/systemd/system/edge-llm-serve@.service.d/50-edge-llm-memlock.conf"
-
 python do_install() {
-    import os
+    import os, re
     value = d.getVar("EDGE_LLM_MEMLOCK")
     if value != "unlimited" and not value.isdigit():
         bb.fatal("EDGE_LLM_MEMLOCK must be 'unlimited' or a KiB count, got %r" % value)
-    systemd_value = "infinity" if value == "unlimited" else value + "K"
+    systemd_value = d.getVar("EDGE_LLM_SERVICE_MEMLOCK")
+    if systemd_value != "infinity" and not re.fullmatch(r"[0-9]+K", systemd_value or ""):
+        bb.fatal("EDGE_LLM_SERVICE_MEMLOCK must be 'infinity' or a KiB count with K, got %r" % systemd_value)
     dest = d.getVar("D")
     files = {
         d.getVar("EDGE_LLM_LIMITS_FILE"):

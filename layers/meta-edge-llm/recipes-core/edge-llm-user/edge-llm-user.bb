@@ -1,5 +1,5 @@
 SUMMARY = "The inference user, in group fastrpc, and cdsprpcd enabled"
-DESCRIPTION = "Non-root processes reach /dev/fastrpc-cdsp only through group fastrpc (fastrpc's \
+DESCRIPTION = "Non-root processes reach the cDSP's FastRPC device only through group fastrpc (fastrpc's \
                udev rule, mode 0660). Without it Genie fails with 'Failed to create device: 14001'."
 SECTION = "base"
 LICENSE = "MIT"
@@ -7,9 +7,8 @@ LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda
 
 SRC_URI = "file://50-edge-llm.preset"
 
-# provisioner/layout.py FASTRPC_GROUP; the user comes from the manifest's image.inference_user.
+# EDGE_LLM_FASTRPC_GROUP: conf/edge-llm-board.conf; the user comes from the manifest's image.inference_user.
 EDGE_LLM_INFERENCE_USER ??= "llm"
-EDGE_LLM_FASTRPC_GROUP = "fastrpc"
 
 S = "${UNPACKDIR}"
 

@@ -15,7 +15,7 @@ inherit core-image extrausers edge-llm-login-policy
 EDGE_LLM_MODEL_PACKAGES ??= ""
 # Extra packages from the manifest's image.extra_packages.
 EDGE_LLM_EXTRA_PACKAGES ??= ""
-# /etc/edge-llm/release.json content (one-line JSON written by `provisioner render`).
+# The content of the board's release document EDGE_LLM_RELEASE_FILE (one-line JSON written by `provisioner render`).
 EDGE_LLM_RELEASE_JSON ??= "{}"
 
 IMAGE_INSTALL += "packagegroup-edge-llm ${EDGE_LLM_MODEL_PACKAGES} ${EDGE_LLM_EXTRA_PACKAGES}"
@@ -23,7 +23,7 @@ IMAGE_INSTALL += "packagegroup-edge-llm ${EDGE_LLM_MODEL_PACKAGES} ${EDGE_LLM_EX
 python edge_llm_release_json() {
     import json, os
     data = json.loads(d.getVar("EDGE_LLM_RELEASE_JSON"))
-    path = d.getVar("IMAGE_ROOTFS") + d.getVar("sysconfdir") + "/edge-llm/release.json"
+    path = d.getVar("IMAGE_ROOTFS") + d.getVar("EDGE_LLM_RELEASE_FILE")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(data, f, indent=2, sort_keys=True)
@@ -33,10 +33,11 @@ python edge_llm_release_json() {
 python edge_llm_check_fastrpc() {
     import glob, os
     root = d.getVar("IMAGE_ROOTFS")
-    if not os.path.exists(root + d.getVar("systemd_system_unitdir") + "/cdsprpcd.service"):
+    service = d.getVar("EDGE_LLM_FASTRPC_SERVICE")
+    if not os.path.exists(root + d.getVar("systemd_system_unitdir") + "/" + service):
         bb.fatal("cdsprpcd.service is not in the image -> fastrpc must be installed (packagegroup-edge-llm "
                  "depends on it); without it the NPU is unreachable (QnnDevice_create 14001)")
-    if not glob.glob(root + d.getVar("sysconfdir") + "/systemd/system/*.wants/cdsprpcd.service"):
+    if not glob.glob(root + d.getVar("sysconfdir") + "/systemd/system/*.wants/" + service):
         bb.fatal("cdsprpcd.service is installed but not enabled -> check the systemd preset "
                  "50-edge-llm.preset (edge-llm-user) and SYSTEMD_AUTO_ENABLE of fastrpc")
 }
@@ -71,7 +72,7 @@ python edge_llm_check_no_host_keys() {
 edge_llm_check_no_host_keys[doc] = "Fails an image that ships SSH host keys (each board must make its own)"
 edge_llm_check_opt_empty[doc] = "Fails a sota (OSTree) image that still has files in /opt, which the commit would drop"
 edge_llm_check_fastrpc[doc] = "Fails an image in which cdsprpcd (FastRPC daemon for the cDSP) is not enabled"
-edge_llm_release_json[doc] = "Writes /etc/edge-llm/release.json from EDGE_LLM_RELEASE_JSON"
+edge_llm_release_json[doc] = "Writes EDGE_LLM_RELEASE_FILE from EDGE_LLM_RELEASE_JSON"
 ROOTFS_POSTPROCESS_COMMAND += "edge_llm_release_json"
 # Checks run last, after oe-core's own rootfs post-processing (users, presets) is done.
 IMAGE_PREPROCESS_COMMAND += "edge_llm_check_fastrpc edge_llm_check_opt_empty edge_llm_check_no_host_keys"
