@@ -113,6 +113,7 @@ class ModelInfo:
     size: int | None = None
     parts: int | None = None
     npu_only: bool = False
+    tool_format: str | None = None     # the family whose tool-call prompt format the model was trained on
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ def models() -> dict[str, ModelInfo]:
             size=m.get("size"),
             parts=m.get("parts"),
             npu_only=bool(m.get("npu_only", False)),
+            tool_format=m.get("tool_format"),
         )
         for mid, m in data.items()
     }

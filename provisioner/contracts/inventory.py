@@ -153,6 +153,7 @@ class ModelVars:
     max_ttft_s: float | None = None
     port: int | None = None
     system_prompt: str | None = None
+    tool_format: str | None = None     # a Genie model's tool-call format (else the catalog's for its name)
 
     @classmethod
     def from_vars(cls, data: Mapping[str, Any]) -> ModelVars:

@@ -118,6 +118,11 @@ def serve_config(board: catalog.Board, model: ModelVars, *, index: int = 0, bind
             cfg["max_num_tokens"] = known.context
     else:
         cfg["genie_config"] = "genie_config.json"
+        # Genie takes prompt text: the service renders tools in the family's format and parses its calls
+        known = catalog.models().get(model.name)
+        tool_format = model.tool_format or (known.tool_format if known else None)
+        if tool_format:
+            cfg["tool_format"] = tool_format
     if model.system_prompt:
         cfg["system_prompt"] = model.system_prompt
     elif model.chat_template == "llama3" and "nemotron" in model.name:
