@@ -99,6 +99,32 @@ def test_completion_through_the_service(launched, board):
     assert out["timing"]["decode_tok_s"] > 0 and out["timing"]["ttft_s"] > 0
 
 
+def test_openai_tool_loop_and_json_schema_on_the_genie_board(launched):
+    """The official client's agent loop (call, role tool result, answer) and a json_schema answer, through
+    the IQ-9075's own service: the serve config fleet launch wrote names the model's tool format."""
+    import openai
+    fleet, ports, _ = launched
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{ports['srv-9075']}/v1", api_key=_token(fleet, "srv-9075"),
+                      max_retries=0, timeout=120)
+    assert c.models.retrieve("nemotron-nano-8b").model_extra["capabilities"]["tools"] is True
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    msgs = [{"role": "user", "content": "What's the weather in Lisbon right now?"}]
+    first = c.chat.completions.create(model="nemotron-nano-8b", messages=msgs, tools=tools)
+    (call,) = first.choices[0].message.tool_calls
+    assert first.choices[0].finish_reason == "tool_calls" and json.loads(call.function.arguments) == {"city": "Lisbon"}
+    msgs += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+             {"role": "tool", "tool_call_id": call.id, "content": "rain, 14 C"}]
+    second = c.chat.completions.create(model="nemotron-nano-8b", messages=msgs, tools=tools, stream=True)
+    assert "rain, 14 C" in "".join(ch.choices[0].delta.content or "" for ch in second if ch.choices)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    out = c.chat.completions.create(model="nemotron-nano-8b", messages=[
+        {"role": "user", "content": "Describe the weather in Lisbon."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}})
+    assert json.loads(out.choices[0].message.content) == {"city": "Lisbon"}
+
+
 def test_launch_gives_each_board_a_private_token_and_refuses_requests_without_it(launched):
     fleet, ports, first = launched
     tokens = {b: _token(fleet, b) for b in ports}
