@@ -205,4 +205,5 @@ def worst(result: dict[str, Any]) -> str:
     f = (result.get("failures") or [None])[0]
     if not f:
         return ""
-    return f"{f['case']}: expected {f['expected']}, got {f['got']!r}" + (f" ({f['why']})" if f.get("why") else "")
+    got = f["got"] if len(f["got"]) <= 120 else f["got"][:117] + "..."
+    return f"{f['case']}: expected {f['expected']}, got {got!r}" + (f" ({f['why']})" if f.get("why") else "")

@@ -229,6 +229,10 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
         row.bytes_downloaded += ostree_pulled_bytes(str(ota.get("pull") or ""))
     if verify and verify.get("api") and not row.api:
         row.api = dict(verify["api"])
+    evaluated = outcome.payload("eval")
+    if evaluated:
+        row.details["eval"] = {m: {"score": r.get("score"), "worst": r.get("worst")}
+                               for m, r in (evaluated.get("models") or {}).items()}
     deploys = [p for p in outcome.payloads if p.get("kind") in ("deploy", "rollback", "launch")]
     if deploys:
         row.details["steps"] = deploys
@@ -247,6 +251,9 @@ def row_for(name: str, host: Host | None, outcome: HostOutcome | None) -> BoardR
         elif ota and (ota.get("reason") or ota.get("outcome") == "rolled back"):
             # update-os: did not come back (its reason), or rolled back (the failing task says why)
             row.reason = _short(str(ota.get("reason") or outcome.msg))
+        elif evaluated and evaluated.get("failures"):
+            # fleet eval or an eval gate: the score, the rollback and the worst failure, not cut by the task's name
+            row.reason = _short(outcome.msg, 480)
         else:
             row.reason = f"{outcome.failed_task}: {_short(outcome.msg)}"
     else:

@@ -10,14 +10,22 @@ from __future__ import annotations
 import csv
 import http.client
 import json
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 
 from provisioner.cli import main
+from provisioner.contracts import board as on_board
 from provisioner.eval.suite import load_suite
+from provisioner.fleet import deploy_index
 from provisioner.fleet.api import run_fleet
+from provisioner.fleet.eval_gate import eval_vars
 from provisioner.fleet.eval_report import run_eval
+from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
+from tests.fleet.test_fleet_deploy import GEMMA, NEMO, NEW_QAIRT, _qairt_tarball, add_gemma, add_nemotron
 
 pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(can_run() is not None, reason=str(can_run()))]
@@ -92,3 +100,53 @@ def test_tool_use_through_the_openai_contract(evalfleet):
     score = next(s for s in rep.scores if s.board == "ev-9075")
     for cat in ("tool-call", "no-call", "parallel-calls"):
         assert score.categories[cat]["score"] == 1.0, score.failures
+
+
+def _current(fleet, board: str, model: str) -> str | None:
+    link = fleet.rootfs(board) / on_board.model_current(model).lstrip("/")
+    return os.readlink(link) if link.is_symlink() else None
+
+
+def _deploy(fleet, art: Path, server, sub: str, *, limit: str, **more):
+    index = deploy_index.build_index(art / sub, f"{server.url}/{sub}")
+    ev = {"edge_llm_deploy_index": index, "edge_llm_deploy_serial": "100%",
+          "edge_llm_deploy_max_fail_percentage": 100, **eval_vars(load_suite("default"), 0.5), **more}
+    return run_fleet("deploy", fleet.inventory, extra_vars=ev, limit=limit)
+
+
+def test_deploy_keeps_a_model_only_when_its_eval_score_holds(evalfleet):
+    """verify.eval's gate on fleet deploy: the Genie model answering right is kept; the tiny random-weight
+    model on IQ-8275 (Google's runtime: real words, wrong answers) passes its smoke gate but scores low, and a
+    wrong-soc_model Nemotron (garbage after its first words) scores 0: both are rolled back, with the score
+    and the worst failure in the reason, and their version is no longer committed."""
+    fleet, base = evalfleet
+    art = base / "artifacts"
+    _qairt_tarball(art / "good" / "qairt" / f"{NEW_QAIRT}.tar.gz", NEW_QAIRT)
+    add_nemotron(art / "good", "v2", NEW_QAIRT, part_size=8192)
+    gemma_new = add_gemma(art / "good", n_dispatch_ops=3)
+    before = {"ev-8275": _current(fleet, "ev-8275", GEMMA)}
+    server = ArtifactServer(art)
+    try:
+        res = _deploy(fleet, art, server, "good", limit="ev-9075,ev-8275")
+        assert res.row("ev-9075").verdict == "pass", res.row("ev-9075").reason
+        assert _current(fleet, "ev-9075", NEMO) == "v2"
+        low = res.row("ev-8275")
+        assert low.verdict == "fail"
+        assert f"eval gate failed, {GEMMA} {gemma_new} rolled back to {before['ev-8275']}: eval: {GEMMA} scored" \
+            in low.reason and "below min_score 0.5" in low.reason, low.reason
+        assert _current(fleet, "ev-8275", GEMMA) == before["ev-8275"]
+        mark = f"{on_board.model_version_dir(GEMMA, gemma_new)}{deploy_index.COMMITTED}".lstrip("/")
+        assert (fleet.rootfs("ev-8275") / on_board.model_version_dir(GEMMA, gemma_new).lstrip("/")).is_dir()
+        assert not (fleet.rootfs("ev-8275") / mark).exists()          # a rerun judges it again
+
+        shutil.copytree(art / "good" / "qairt", art / "soc0" / "qairt")
+        add_nemotron(art / "soc0", "v3-soc0", NEW_QAIRT, part_size=8192, soc_model=0)
+        # the smoke gate would refuse this garbage first; with it off, the eval gate alone decides
+        bad = _deploy(fleet, art, server, "soc0", limit="ev-9075", edge_llm_deploy_health_gate=False)
+        row = bad.row("ev-9075")
+        assert row.verdict == "fail" and f"eval: {NEMO} scored 0.00" in row.reason, row.reason
+        assert f"{NEMO} v3-soc0 rolled back to v2" in row.reason, row.reason
+        assert "worst: " in row.reason and "alitiesmall" in row.reason     # the worst failure, the model's words
+        assert _current(fleet, "ev-9075", NEMO) == "v2"
+    finally:
+        server.close()

@@ -73,7 +73,7 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
                         for n in failed) if not rolled.get("failed") else f"rollback failed: {rolled.get('msg')}"
     result["edge_llm"].append(rolled.get("edge_llm") or {"kind": "rollback", "ok": False})
     result.update(failed=True, changed=True,
-                  msg=f"eval gate failed: {'; '.join(report['failures'])}; {outcome}")
+                  msg=f"eval gate failed, {outcome}: {'; '.join(report['failures'])}")
     return result
 
 
