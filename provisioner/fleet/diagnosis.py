@@ -78,8 +78,9 @@ DIAGNOSES: dict[str, Diagnosis] = {
                          _SOC_SRC),
     "memlock": Diagnosis("locked-memory limit too low (QLI default 8 MB); FastRPC must pin ~1.17 GB "
                          "('Could not allocate persistent weights buffer!', cDSP may crash)",
-                         "LimitMEMLOCK=infinity for the service (limits.conf does not apply to systemd) and "
-                         "'* - memlock unlimited' in limits.d for shells", _MEMLOCK_SRC),
+                         "image.memlock unlimited (or >= 2 GiB) in the manifest and a rebuilt image: its "
+                         "edge-llm-memlock package sets limits.d for shells and LimitMEMLOCK= for the service "
+                         "(limits.conf does not apply to systemd)", _MEMLOCK_SRC),
     "soc-config-14001": Diagnosis("LiteRT forces a SoC custom config that QLI's QNN rejects "
                                   "('QnnDevice_create ... 14001')",
                                   "rebuild litert_lm_main with patch 3 (SoC guard)",

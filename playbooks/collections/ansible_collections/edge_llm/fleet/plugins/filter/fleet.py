@@ -1,8 +1,8 @@
-"""Filters that compute per-board deploy data on the controller from provisioner's layout and catalog.
+"""Filters that compute per-board deploy data on the controller from provisioner's board contract and catalog.
 
 board_install: what a board must pull (QAIRT/runtime trees, model versions) and where it goes.
 model_paths: one model's on-board current/previous links, commit-mark suffix and service unit.
-serve_units: per model the edge-llm-serve config, unit name and systemd drop-in (run env, memlock).
+serve_units: per model the edge-llm-serve config, unit name and systemd drop-in (run env).
 """
 
 from __future__ import annotations
