@@ -3,11 +3,13 @@
 FastRPC pins a model's weights (~1.17 GB) in locked memory, and QLI's default limit is 8 MB (the runtime
 then says "Could not allocate persistent weights buffer!"). A process gets its limit one of two ways:
 
-- a login session from pam_limits, which reads ``limits.conf``/``limits.d`` (limits.conf(5): the value is
-  in KiB, or ``unlimited``; ``*`` never covers root, so root gets its own lines);
-- a systemd service from ``LimitMEMLOCK=`` of its unit and drop-ins, else the manager's
-  ``DefaultLimitMEMLOCK=`` (systemd.exec(5) "Process Properties": bytes with the base-1024 suffixes
-  K/M/G, or ``infinity``; systemd-system.conf(5) DefaultLimitMEMLOCK=). systemd never reads limits.conf.
+- a login session from pam_limits(8), the PAM session module that reads ``limits.conf``/``limits.d``
+  (limits.conf(5): the value is in KiB, or ``unlimited``; ``*`` never covers root, so root gets its own
+  lines); a service runs no PAM session (no ``PAMName=``), so it never sees these files;
+- a systemd service from ``LimitMEMLOCK=`` of its unit and drop-ins (systemd.exec(5) "Process Properties":
+  bytes with the base-1024 suffixes K/M/G, or ``infinity``); "resource limits not configured explicitly
+  for a unit default to the value configured in the various DefaultLimitCPU=, ... options available in
+  systemd-system.conf(5)" (systemd.exec(5)), here ``DefaultLimitMEMLOCK=``.
 
 :func:`limits` is the rule: both get the same amount, the policy's. Its writers take their values from it:
 render hands :func:`layer_variables` to the layer, whose ``edge-llm-memlock.bb`` writes limits.d (sessions),
