@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
-from provisioner.contracts import inventory
+from provisioner.contracts import inventory, memlock
 from provisioner.contracts.release import MODEL_KINDS, OTA_KINDS, RUNTIMES
 from provisioner.errors import ManifestError, UserError
 from provisioner.eval.suite import DEFAULT as DEFAULT_SUITE
@@ -413,13 +413,16 @@ def _image(c: _Collector, d: Any) -> ImagePolicy:
     variant = d.get("variant", "production")
     if variant not in VARIANTS:
         c.add("image.variant", f"unknown variant {variant!r}", "use production or debug")
-    memlock = str(d.get("memlock", "unlimited"))
-    if memlock != "unlimited" and not memlock.isdigit():
-        c.add("image.memlock", f"'{memlock}' is not 'unlimited' or a KiB count",
+    policy = str(d.get("memlock", memlock.DEFAULT_POLICY))
+    try:
+        limit = memlock.limits(policy).bytes
+    except ValueError:
+        c.add("image.memlock", f"'{policy}' is not 'unlimited' or a KiB count",
               "use 'unlimited' (FastRPC must pin ~1.17 GB for Gemma-4 E2B)")
-    elif memlock.isdigit() and int(memlock) < 2 * 1024 * 1024:
-        c.add("image.memlock", f"{memlock} KiB is below the ~1.17 GB FastRPC pins",
-              "use 'unlimited' (8 MB gives 'Could not allocate persistent weights buffer!')")
+    else:
+        if limit is not None and limit < memlock.MIN_BYTES:
+            c.add("image.memlock", f"{policy} KiB is below the ~1.17 GB FastRPC pins",
+                  "use 'unlimited' (8 MB gives 'Could not allocate persistent weights buffer!')")
     dm = d.get("download_mode", 0 if variant == "production" else 1)
     if dm not in (0, 1):
         c.add("image.download_mode", f"must be 0 or 1, got {dm!r}",
@@ -466,7 +469,7 @@ def _image(c: _Collector, d: Any) -> ImagePolicy:
     # (uptane/meta-updater f0e1ccaf image_types_ostree.bbclass); meta-edge-llm's edge-llm-opt.bbclass
     # installs QAIRT, the runtime and the models under /usr for sota and links /opt to them at boot, and
     # the image fails if anything else is left in /opt. Both variants and login policies work with it.
-    return ImagePolicy(variant=variant, memlock=memlock, download_mode=int(dm), root_login=login,
+    return ImagePolicy(variant=variant, memlock=policy, download_mode=int(dm), root_login=login,
                        ssh_authorized_keys=tuple(str(k) for k in keys), inference_user=user,
                        extra_packages=tuple(d.get("extra_packages", []) or []), ota=ota)
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 UNLIMITED = "unlimited"
 DEFAULT_POLICY = UNLIMITED          # the manifest's default image.memlock
+#: the least a policy may give: FastRPC pins ~1.17 GB of weights (the manifest refuses less, verify fails less)
+MIN_BYTES = 2 * 1024**3
 
 
 @dataclass(frozen=True)

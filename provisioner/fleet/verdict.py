@@ -14,12 +14,11 @@ from typing import Any
 
 from provisioner import catalog
 from provisioner.contracts import board as on_board
-from provisioner.contracts import download_mode
+from provisioner.contracts import download_mode, memlock
 from provisioner.contracts.inventory import FactoryBaseline, HostVars, ModelVars
 from provisioner.fleet.diagnosis import DIAGNOSES, diagnose_log
 from provisioner.fleet.onboard import serve
 
-MEMLOCK_MIN_BYTES = 2 * 1024**3      # FastRPC pins ~1.17 GB of weights; anything below fails to load
 RLIM_INFINITY_TEXT = "infinity"
 
 
@@ -70,7 +69,7 @@ def _memlock_ok(value: Any) -> bool:
     if text in (RLIM_INFINITY_TEXT, "unlimited", "-1", "18446744073709551615"):
         return True
     try:
-        return int(text) >= MEMLOCK_MIN_BYTES
+        return int(text) >= memlock.MIN_BYTES    # FastRPC pins ~1.17 GB; below, the model fails to load
     except ValueError:
         return False
 

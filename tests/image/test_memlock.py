@@ -154,3 +154,14 @@ def test_a_later_drop_in_would_override_the_policy(tmp_path):
     mask.write_text("[Service]\n")
     assert effective_service_limit(root, instance) == "4194304K"
     assert sim.memlock_for(sim.load(instance)) == 4 * 1024**3
+
+
+@pytest.mark.parametrize(("policy", "said"), [("4G", "'4G' is not 'unlimited' or a KiB count"),
+                                              ("8192", "8192 KiB is below the ~1.17 GB FastRPC pins")])
+def test_the_manifest_refuses_what_the_rule_cannot_give(policy, said, tmp_path):
+    from provisioner.errors import ManifestError
+
+    with pytest.raises(ManifestError) as err:
+        load_manifest(write_manifest(tmp_path / "m.yaml", image={"variant": "debug", "memlock": policy}))
+    assert "image.memlock" in str(err.value) and said in str(err.value)
+    assert memlock.limits(2 * 1024 * 1024).bytes == memlock.MIN_BYTES       # the least the manifest takes
