@@ -117,8 +117,8 @@ def _deploy(fleet, art: Path, server, sub: str, *, limit: str, **more):
 def test_deploy_keeps_a_model_only_when_its_eval_score_holds(evalfleet):
     """verify.eval's gate on fleet deploy: the Genie model answering right is kept; the tiny random-weight
     model on IQ-8275 (Google's runtime: real words, wrong answers) passes its smoke gate but scores low, and a
-    wrong-soc_model Nemotron (garbage after its first words) scores next to nothing: both are rolled back, with the score
-    and the worst failure in the reason, and their version is no longer committed."""
+    wrong-soc_model Nemotron (garbage after its first words) scores next to nothing: both are rolled back, with
+    the score and the worst failure in the reason, and their version is no longer committed."""
     fleet, base = evalfleet
     art = base / "artifacts"
     _qairt_tarball(art / "good" / "qairt" / f"{NEW_QAIRT}.tar.gz", NEW_QAIRT)
