@@ -351,7 +351,7 @@ class Shell:
             return f"{b.soc_id}\n".encode()
         if path == "/sys/devices/soc0/family":
             return b"Snapdragon\n"
-        if path == "/sys/devices/soc0/serial_number":
+        if path == on_board.SOC0_SERIAL:
             return f"{int(self.board.serial, 16)}\n".encode()
         if path == UFS_SERIAL_PATH:
             return f"{ufs_serial(self.board)}\n".encode()

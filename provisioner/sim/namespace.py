@@ -397,7 +397,7 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
     if "qcom_scm.download_mode=" not in base:
         base += f" qcom_scm.download_mode={dm}"
     write(cmdline, base + "\n", 0o444)
-    _bind(cmdline, "/proc/cmdline", ro=True)
+    _bind(cmdline, on_board.KERNEL_CMDLINE, ro=True)
     _bind_root_home(board)          # last: the host's /root (and whatever lives there) is hidden from here on
     if sota:                        # a sota board runs in its booted deployment (provisioner.sim.sota_root)
         shutil.copy2(ostree_board.OSTREE, sim / "ostree.real")
