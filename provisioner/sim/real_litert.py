@@ -267,11 +267,14 @@ TOOL_TEMPLATE = (
 )
 
 
-def repack(src: Path, out: Path, model_type: str, template: str | None = None) -> Path:
+def repack(src: Path, out: Path, model_type: str, template: str | None = None,
+           options: dict[str, Any] | None = None) -> Path:
     """``src`` (a tiny .litertlm) re-packed by the official litert-lm-builder with another ``llm_model_type``
     (``qwen3``, ``gemma3``, ...; the field names of runtime/proto/llm_model_type.proto at cbf463d) and,
     given one, another chat template: the same tokenizer and weights, another model data processor in the
-    runtime (model_data_processor_factory.cc:344-360 at cbf463d). Needs PyPI litert-lm-builder."""
+    runtime (model_data_processor_factory.cc:344-360 at cbf463d). ``options`` sets fields of the type's own
+    message (e.g. qwen3's ``code_fence_start``, llm_model_type.proto:115-125), which the factory hands to the
+    processor (model_data_processor_factory.cc:303-320). Needs PyPI litert-lm-builder."""
     import shutil
     import tempfile
 
@@ -282,7 +285,10 @@ def repack(src: Path, out: Path, model_type: str, template: str | None = None) -
         toml = builder.unpack(str(src), work)
         meta_path = Path(work) / "LlmMetadataProto.pbtext"
         meta = text_format.Parse(meta_path.read_text(), llm_metadata_pb2.LlmMetadata())
-        getattr(meta.llm_model_type, model_type).SetInParent()
+        member = getattr(meta.llm_model_type, model_type)
+        member.SetInParent()
+        for key, value in (options or {}).items():
+            setattr(member, key, value)
         if template is not None:
             meta.jinja_prompt_template = template
         meta_path.write_text(text_format.MessageToString(meta))

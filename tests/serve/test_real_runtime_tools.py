@@ -48,10 +48,21 @@ def serve_pkg():
     return serve
 
 
+# The greedy answer of the qwen3 tiny model to the weather question with WEATHER holds "check" and, later,
+# "This": with those as its call fences (Qwen3's own options, llm_model_type.proto:115-125) the runtime's parser
+# meets a "call" that is no JSON, as a real model's malformed call would be.
+BAD_FENCES = {"code_fence_start": "check", "code_fence_end": "This"}
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("tool-models")
-    return {"qwen3": repack(tmp, "qwen3", real_litert.TOOL_TEMPLATE), "gemma3": repack(tmp, "gemma3")}
+    out = {"qwen3": repack(tmp, "qwen3", real_litert.TOOL_TEMPLATE), "gemma3": repack(tmp, "gemma3")}
+    bad = tmp / "bad"
+    bad.mkdir()
+    out["bad_fences"] = real_litert.repack(TINY / "tiny-eos.litertlm", bad / "tiny-qwen3.litertlm", "qwen3",
+                                           real_litert.TOOL_TEMPLATE, BAD_FENCES)
+    return out
 
 
 class _Engines:
@@ -192,11 +203,11 @@ def test_the_runtimes_tool_calls_become_openai_tool_calls(serve_pkg):
 
 @pytest.fixture
 def tool_board(start_board, models):
-    """edge-llm-serve on the real library, serving the re-packed qwen3 tiny model."""
-    def start(**extra):
+    """edge-llm-serve on the real library, serving the re-packed qwen3 tiny model (or ``model``)."""
+    def start(model: Path | None = None, **extra):
+        model = model or models["qwen3"]
         return start_board("litert_lm", model="tiny", library=str(real_library()),
-                           model_dir=str(models["qwen3"].parent), model_file=models["qwen3"].name, backend="cpu",
-                           **extra)
+                           model_dir=str(model.parent), model_file=model.name, backend="cpu", **extra)
     return start
 
 
@@ -248,6 +259,58 @@ def test_required_and_json_schema_unmet_are_errors_the_client_sees(tool_board):
         c.chat.completions.create(model="tiny", messages=ask, max_tokens=8, response_format={
             "type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}})
     assert exc.value.body["code"] == "response_format_unmet" and exc.value.body["model_output"]
+
+
+def test_a_generic_model_refuses_tools_by_name_and_says_so_in_its_capabilities(tool_board):
+    """tiny-eos names llm_model_type generic: its processor parses no call, so /v1/models says tools false and
+    a request with tools is a 400 naming ``tools`` and the model's type; tool_choice "none" shows no tool to the
+    model and passes, as does response_format (the service checks JSON itself)."""
+    import openai
+    c = openai_client(tool_board(TINY / "tiny-eos.litertlm"))
+    caps = c.models.retrieve("tiny").model_extra["capabilities"]
+    assert caps == {"tools": False, "json_object": True, "json_schema": True, "grammar": False, "constrained": False}
+    assert c.models.list().data[0].model_extra["capabilities"] == caps
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    with pytest.raises(openai.BadRequestError) as exc:
+        c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER], max_tokens=4)
+    body = exc.value.body
+    assert body["param"] == "tools" and body["code"] == "unsupported_parameter"
+    assert "generic_model" in body["message"] and "parses tool calls only for" in body["message"]
+    with pytest.raises(openai.BadRequestError) as exc:
+        c.chat.completions.create(model="tiny", messages=second_turn("{}"), max_tokens=4)
+    assert exc.value.body["param"] == "messages"
+    passed = c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER], tool_choice="none", max_tokens=4)
+    assert passed.choices[0].message.tool_calls is None and passed.choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_model_type_read_on_the_board_is_the_controllers(models):
+    """The service reads the type with its own few reads (standard library); the controller's inspector
+    (provisioner.artifacts.litertlm) reads the same field independently: both agree on every real file here."""
+    from edge_llm_serve.engines.litert_model_type import NotLitertlm, read_model_type
+
+    from provisioner.artifacts.litertlm import read_litertlm
+    files = [TINY / "tiny-eos.litertlm", TINY / "tiny.litertlm", models["qwen3"], models["gemma3"],
+             REALWORLD / "litertlm" / "test_hf_tokenizer.litertlm"]
+    seen = {f.name: read_model_type(str(f)) for f in files}
+    assert seen == {f.name: (read_litertlm(f).llm_metadata or {}).get("model_type") for f in files}
+    assert seen["tiny-qwen3.litertlm"] == "qwen3" and seen["tiny-eos.litertlm"] == "generic_model"
+    with pytest.raises(NotLitertlm):
+        read_model_type(str(TINY / "tiny.reference.json"))
+
+
+def test_a_call_the_runtimes_parser_cannot_read_is_an_invalid_call_not_a_runtime_error(tool_board, models):
+    """The runtime ends the stream with "Failed to parse tool calls" when the model's call block is no call
+    (here: fences the tiny model happens to write around random text). The service judges that like any unfit
+    answer: it runs the request once more, then the client gets invalid_tool_call with the model's output."""
+    import openai
+    c = openai_client(tool_board(models["bad_fences"]))
+    assert c.models.retrieve("tiny").model_extra["capabilities"]["tools"] is True
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    with pytest.raises(openai.InternalServerError) as exc:
+        c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER], max_tokens=24)
+    body = exc.value.body
+    assert body["code"] == "invalid_tool_call" and "parser could not read" in body["message"]
+    assert "(also on the retry)" in body["message"] and BAD_FENCES["code_fence_start"] in body["model_output"]
 
 
 # ---------------------------------------------------------------------------------------------------------

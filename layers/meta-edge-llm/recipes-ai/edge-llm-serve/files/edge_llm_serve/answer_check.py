@@ -110,9 +110,13 @@ class Judge:
             tail = [{"tool_calls": [{"index": n, **c}]} for n, c in enumerate(given[:None if self.parallel else 1])]
             if tail and reason == "stop":
                 reason = "tool_calls"
+        # a call block the engine's runtime could not parse (LiteRT-LM): an invalid call, judged like one
+        unparsed = done.get("unparsed_tool_calls") if self.tools is not None else None
         self._all += tail
         content, calls = toolcalls.collect(self._all)
-        output = "".join(self._text)
+        output = unparsed["output"] if unparsed and unparsed.get("output") else "".join(self._text)
+        if unparsed:
+            raise Unfit(unparsed["why"], "invalid_tool_call", output)
         if self.tools is not None:
             problems += toolcalls.validate_calls(calls, self.tools.tools)
             unmet = toolcalls.choice_unmet(self.tools, calls, problems)

@@ -170,7 +170,7 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
             sched = svc.scheduler
             try:
                 body = parse_body(self._body())
-                job = make_job(cfg, kinds[path], body, sched.engine.capabilities)
+                job = make_job(cfg, kinds[path], body, sched.engine.capabilities, sched.engine.capability_notes)
             except BadRequest as exc:
                 self._error(exc.status, str(exc), exc.kind, exc.param, exc.code)
                 return
@@ -324,6 +324,7 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
 
             while True:
                 judge = Judge(job, cfg.get("tool_format"), body.get("parallel_tool_calls") is not False)
+                judge.hold = judge.hold or not stream     # a whole answer leaves at its end: a retry can replace it
                 try:
                     while True:
                         ev = self._next(job, watch=True)

@@ -172,6 +172,7 @@ class Scheduler:
         job.events.put(("done", {
             "finish_reason": figures.get("finish_reason") or finish["reason"],
             "tool_calls": figures.get("tool_calls"),     # an engine whose runtime parses calls itself
+            "unparsed_tool_calls": figures.get("unparsed_tool_calls"),    # {"why", "output"}: its parser failed
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
             "timing": {"queue_s": round(started - job.enqueued, 4), "ttft_s": ttft,
                        "runtime_ttft_s": figures.get("ttft_s"), "decode_tok_s": decode_rate,

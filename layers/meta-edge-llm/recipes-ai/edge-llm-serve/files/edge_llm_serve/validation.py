@@ -175,7 +175,7 @@ def _tool_turns(raw: list[Any]) -> bool:
     return any(isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls") is not None) for m in raw)
 
 
-def _prepare_tools(body: dict[str, Any], caps: dict[str, bool]) -> toolcalls.Prepared:
+def _prepare_tools(body: dict[str, Any], caps: dict[str, bool], notes: dict[str, str]) -> toolcalls.Prepared:
     """The tool request checked by toolcalls.prepare (a 400 naming the field it names)."""
     try:
         prepared = toolcalls.prepare(body)
@@ -186,8 +186,9 @@ def _prepare_tools(body: dict[str, Any], caps: dict[str, bool]) -> toolcalls.Pre
     uses = (prepared.tools and prepared.choice != "none") or _tool_turns(prepared.messages)
     if uses and not caps.get("tools"):
         field = "tools" if prepared.tools else "messages"
-        raise BadRequest(f"'{field}' is refused: this model has no tool-call format here (a Genie model needs "
-                         "tool_format in its serve config)", param=field, code="unsupported_parameter")
+        why = notes.get("tools") or "this model has no tool-call format here (a Genie model needs tool_format in " \
+            "its serve config)"
+        raise BadRequest(f"'{field}' is refused: {why}", param=field, code="unsupported_parameter")
     return prepared
 
 
@@ -216,11 +217,12 @@ def _tool_prompt(cfg: dict[str, Any], prepared: toolcalls.Prepared, instruction:
         raise BadRequest(f"'{exc.field}' {str(exc)[len(exc.field) + 2:]}", param=exc.field) from exc
 
 
-def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any], caps: dict[str, bool] | None = None) -> Job:
+def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any], caps: dict[str, bool] | None = None,
+             notes: dict[str, str] | None = None) -> Job:
     """Validate an OpenAI request body and turn it into a Job (BadRequest on any bad field).
 
     ``caps`` is the engine's ``capabilities``: tools and response_format are refused by name where
-    the engine cannot honour them."""
+    the engine cannot honour them, saying why from ``notes`` (the engine's ``capability_notes``) when given."""
     caps = caps if caps is not None else NO_CAPS
     model = body.get("model")
     if model is not None and model != cfg["model"]:
@@ -277,7 +279,7 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any], caps: dict[st
         fmt = response_format(body, caps)
         instruction = json_instruction(fmt) if fmt and not caps.get("constrained") else None
         tooled = body.get("tools") is not None or body.get("tool_choice") is not None or _tool_turns(raw)
-        prepared = _prepare_tools(body, caps) if tooled else None
+        prepared = _prepare_tools(body, caps, notes or {}) if tooled else None
         sys_parts, messages = [], []
         for i, m in enumerate(raw):
             roles = ("system", "developer", "user", "assistant") + (("tool",) if tooled else ())

@@ -80,6 +80,9 @@ class Engine:
     #: runtime itself constrains decoding, so the service need not retry). Engines override it.
     capabilities: dict[str, bool] = {"tools": False, "json_object": False, "json_schema": False,
                                      "grammar": False, "constrained": False}
+    #: why a capability is False where the engine knows more than "this runtime cannot": the 400 that
+    #: refuses the field says it (e.g. a LiteRT-LM model whose type has no tool-call parser)
+    capability_notes: dict[str, str] = {}
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg

@@ -27,6 +27,7 @@ from edge_llm_serve.engines.cabi import (
     bind_library,
     find_library,
 )
+from edge_llm_serve.engines.litert_model_type import PARSES_TOOL_CALLS, NotLitertlm, read_model_type
 
 # What the runtime says when a prompt does not fit (runtime/core/session_basic.cc at cbf463d, seen on stderr
 # and in the stream's error): "Input token ids are too long. Exceeding the maximum number of tokens allowed: N >= M".
@@ -43,7 +44,8 @@ LITERT_MAX_TOKENS_REACHED = "Max number of tokens reached."
 _LOG_RECORD = re.compile(r"^(?:([IWEF])\d{4} |(VERBOSE|DEBUG|INFO|WARNING|ERROR|FATAL): )")
 # The service's own stderr lines (log_message: "<address> <method> <path> <status>", "edge-llm-serve: ...").
 _OWN_LINE = re.compile(r"^(?:edge-llm-serve|[0-9A-Fa-f:.]+ [A-Z]+ /)")
-# runtime/engine/engine_settings.cc (logged at INFO): "The validated engine settings: ... MainExecutorSettings: backend: CPU"
+# runtime/engine/engine_settings.cc (logged at INFO):
+#   "The validated engine settings: ... MainExecutorSettings: backend: CPU"
 _VALIDATED_BACKEND = re.compile(r"MainExecutorSettings:\s*backend:\s*([A-Za-z_]+)")
 # LiteRT's npu_registry.cc (WARNING): "NPU accelerator could not be loaded and registered: <status>."
 _ACCELERATOR_NOTE = re.compile(r"accelerator could not be loaded|accelerator.*(?:not|fail)", re.I)
@@ -96,8 +98,22 @@ def runtime_log_report(text: str, backend: str) -> tuple[str | None, list[str], 
 
 
 # The runtime's parser refusing a tool-call block the model wrote (runtime/components/tool_use/
-# parser_utils.cc:135-138 at cbf463d): "Failed to parse tool calls from response: ...".
+# parser_utils.cc:138-142 at cbf463d): "Failed to parse tool calls from response: <the whole response>code
+# block: <the block> with error: <why>", which ends the stream (internal_callback_util.cc:137-139).
 _BAD_CALL = "Failed to parse tool calls"
+_BAD_CALL_PARTS = re.compile(r"Failed to parse tool calls from response: (.*?)code block: (.*) with error: (.*)\Z",
+                             re.S)
+
+
+def unparsed_call(error: str) -> dict[str, str]:
+    """The runtime's parse failure as the service judges it: ``why`` (one line naming the block and the
+    parser's reason) and ``output`` (the model's text as the runtime had it)."""
+    m = _BAD_CALL_PARTS.search(error)
+    if not m:
+        return {"why": f"LiteRT-LM's parser could not read the tool call the model wrote ({error[:300]})",
+                "output": ""}
+    return {"why": f"LiteRT-LM's parser could not read the tool call the model wrote ({m.group(3).strip()[:200]}): "
+                   f"{m.group(2)[:200]!r}", "output": m.group(1)}
 
 
 def _json_or_text(text: Any) -> Any:
@@ -173,7 +189,9 @@ class LiteRtLmEngine(Engine):
     (``litert_lm_conversation_config_set_tools``), the model's data processor renders them with the
     model's template and parses the calls of Gemma 3/3n, Gemma 4, FunctionGemma, Qwen 3 and Qwen 2.5
     models (model_data_processor_factory.cc:344-360 at cbf463d); a ``generic`` model's processor
-    returns text only (generic_data_processor.cc ToMessageImpl). Constrained decoding is asked for with
+    returns text only (generic_data_processor.cc ToMessageImpl), so ``tools`` is a capability of the
+    model, from the ``llm_model_type`` its file names (:mod:`.litert_model_type`). Constrained decoding
+    is asked for with
     tools: through the pinned C API it can only constrain tool calls, only for the Gemma-family
     processors (their CreateConstraint; conversation.cc:280-292) with a Gemma SentencePiece vocabulary,
     in the mode the model's metadata names (text and/or a call, or a call only). The C API has no way
@@ -182,11 +200,27 @@ class LiteRtLmEngine(Engine):
     and ``tool_choice`` required/named are checked by the service, which retries: ``constrained`` is False.
     """
 
-    capabilities = {"tools": True, "json_object": True, "json_schema": True, "grammar": False,
-                    "constrained": False}
-
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__(cfg)
+        # Tools only where the model's processor parses calls: the model file names its type (read here, a
+        # few KiB; litert_model_type says where each byte is defined). An unreadable file is load()'s to report.
+        unread = None
+        try:
+            self.model_type = read_model_type(os.path.join(str(cfg.get("model_dir") or ""),
+                                                           str(cfg.get("model_file") or "")))
+        except (OSError, NotLitertlm) as exc:
+            self.model_type, unread = None, getattr(exc, "strerror", None) or str(exc)
+        tools = self.model_type in PARSES_TOOL_CALLS
+        self.capabilities = {"tools": tools, "json_object": True, "json_schema": True, "grammar": False,
+                             "constrained": False}
+        if not tools:
+            named = (f"names llm_model_type {self.model_type}" if self.model_type else
+                     f"could not be read for its llm_model_type ({unread})" if unread else
+                     "names no llm_model_type (the runtime then infers one from its tokenizer)")
+            self.capability_notes = {"tools": (
+                f"this model has no tool-call format here: its file {named}, and LiteRT-LM parses tool calls "
+                "only for Gemma 3/3n, Gemma 4, "
+                "FunctionGemma, Qwen 3 and Qwen 2.5 models: the calls it wrote would stay in its text")}
         self.engine: int | None = None
         # (job, "session"|"conversation", handle) being generated; read and cleared under _lock
         self._active: tuple[Job, str, int] | None = None
@@ -334,7 +368,11 @@ class LiteRtLmEngine(Engine):
             # CreateCallback); when the scheduler cancelled it (client gone) before this loop looked,
             # that is this job's cancellation, not a runtime error.
             full = state["error"] == LITERT_MAX_TOKENS_REACHED
-            if state["error"] and not full and not (cancelled or state["stop"] or job.cancelled.is_set()):
+            # a call block the runtime could not parse is an answer that does not fit the request: the
+            # service judges it (one retry, then the client's error), not a failure of the runtime
+            bad_call = bool(state["error"] and _BAD_CALL in state["error"] and job.tools is not None
+                            and job.kind != "completion")
+            if state["error"] and not (full or bad_call) and not (cancelled or state["stop"] or job.cancelled.is_set()):
                 too_long = _TOO_LONG.search(state["error"])
                 if too_long and not state["emitted"]:
                     self.context = int(too_long.group(2))
@@ -342,7 +380,7 @@ class LiteRtLmEngine(Engine):
                                       f"{too_long.group(2)} tokens (prompt and answer together)")
                 if _BAD_CALL in state["error"]:
                     raise RuntimeFailed("the model wrote a tool call that LiteRT-LM's parser could not read: "
-                                        f"{state['error'][:300]}")
+                                        f"{state['error'][:300]}")     # without tools: not the service's to judge
                 raise RuntimeFailed(f"LiteRT-LM: {state['error']}")
             kind, handle = handles[-1]
             getter = (lib.litert_lm_session_get_benchmark_info if kind == "session"
@@ -356,6 +394,8 @@ class LiteRtLmEngine(Engine):
                 figures["finish_reason"] = "length"
             if job.tools is not None and job.kind != "completion":
                 figures["tool_calls"] = calls        # parsed by the runtime (none from a generic model)
+            if bad_call:
+                figures["unparsed_tool_calls"] = unparsed_call(state["error"])
             return figures
         finally:
             with self._lock:
