@@ -183,6 +183,13 @@ def test_without_a_tool_format_tools_are_refused_and_models_say_so(start_board):
     out = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
                                     tool_choice="none")     # nothing to call: honoured as asked
     assert out.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as exc:      # a tool loop's history needs the format too
+        c.chat.completions.create(model=MODEL, messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}])
+    assert exc.value.body["param"] == "messages" and "no tool-call format" in exc.value.body["message"]
 
 
 def test_models_list_and_one_model_state_capabilities(start_board):
