@@ -31,9 +31,10 @@ import yaml  # noqa: E402
 from provisioner import catalog  # noqa: E402
 from provisioner.contracts import board as on_board  # noqa: E402
 from provisioner.errors import FleetError  # noqa: E402
-from provisioner.fleet import deploy_index, run_fleet  # noqa: E402
-from provisioner.fleet.inventory import group_name  # noqa: E402
+from provisioner.fleet import run_fleet  # noqa: E402
 from provisioner.fleet.runner import EventCollector, ansible_env  # noqa: E402
+from provisioner.fleet.shared import deploy_index  # noqa: E402
+from provisioner.fleet.shared.inventory import group_name  # noqa: E402
 from provisioner.hashing import sha256_file  # noqa: E402
 from provisioner.manifest import load_manifest  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402

@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from typing import Any  # noqa: E402
 
 from provisioner.contracts import board as on_board  # noqa: E402
-from provisioner.fleet.onboard import SERVE_SCRIPT, serve  # noqa: E402
+from provisioner.fleet.shared.onboard import SERVE_SCRIPT, serve  # noqa: E402
 from provisioner.hashing import sha256_file  # noqa: E402
 from provisioner.ota import TARBALL_PATH  # noqa: E402
 from provisioner.ota.commit import collect  # noqa: E402

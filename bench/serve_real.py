@@ -101,7 +101,7 @@ import importlib.util  # noqa: E402
 import socket  # noqa: E402
 import urllib.request  # noqa: E402
 
-from provisioner.fleet.onboard import SERVE_SCRIPT  # noqa: E402
+from provisioner.fleet.shared.onboard import SERVE_SCRIPT  # noqa: E402
 
 TINY = REPO.parent / "shared" / "realworld" / "litertlm" / "tiny" / "tiny.litertlm"
 TOKEN = "bench-" + os.urandom(16).hex()
@@ -434,7 +434,7 @@ def tools_and_schema(work: Path, requests: int, tokens: int) -> None:
             words += max(1, (target - out["usage"]["prompt_tokens"]) // 2)
         # json_schema: the service asks for the schema in the prompt (validation.json_instruction, for a
         # runtime that cannot constrain); its plain twin carries the same words, so the prompts are equal
-        from provisioner.fleet.onboard import serve
+        from provisioner.fleet.shared.onboard import serve
         fmt = {"type": "json_schema", "name": "place", "schema": SCHEMA["json_schema"]["schema"], "strict": True}
         asked = PROMPT + "\n\n" + serve.validation.json_instruction(fmt)
         schema_body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": tokens,

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
 from provisioner.contracts.release import load_release  # noqa: E402
-from provisioner.fleet.baseline import measure  # noqa: E402
+from provisioner.fleet.benchmark import measure  # noqa: E402
 from provisioner.image.release import write_release  # noqa: E402
 from provisioner.manifest import load_manifest  # noqa: E402
 from provisioner.sim import control, host  # noqa: E402

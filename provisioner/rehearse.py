@@ -470,7 +470,7 @@ class Rehearsal:
                 pin_inventory(inv, rec, self.work / "fleet")
 
     def step_verify(self) -> str:
-        from provisioner.fleet.api import run_fleet
+        from provisioner.fleet.runner import run_fleet
 
         inv = self._write_inventory()
         report = run_fleet("verify", inv, report_path=self.work / "verify.json",
@@ -489,7 +489,7 @@ class Rehearsal:
         return [r.board for r in report.rows if r.verdict == "pass"]
 
     def step_launch(self) -> str:
-        from provisioner.fleet.api import run_fleet
+        from provisioner.fleet.runner import run_fleet
 
         healthy = self._healthy_hosts()
         report = run_fleet("launch", self.inventory, limit=",".join(healthy),
@@ -508,7 +508,7 @@ class Rehearsal:
         return {name: hv for g in inv["all"]["children"].values() for name, hv in g["hosts"].items()}
 
     def step_completion(self) -> str:
-        from provisioner.fleet.serve_config import controller_token
+        from provisioner.fleet.shared.serve_config import controller_token
 
         hosts = self._inventory_hosts()
 

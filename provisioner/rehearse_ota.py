@@ -126,7 +126,7 @@ class OtaRehearsal:
 
     def step_update(self) -> str:
         from provisioner.contracts.inventory import group_name
-        from provisioner.fleet.api import run_fleet
+        from provisioner.fleet.runner import run_fleet
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(self.repo)))
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -75,7 +75,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def _resolve(name: str) -> str:
-    """The module an imported dotted name lives in (``fleet.verdict.HostVars`` -> ``fleet.verdict``)."""
+    """The module an imported dotted name lives in (``fleet.verify.HostVars`` -> ``fleet.verify``)."""
     parts = name.split(".")
     while parts:
         cand = PKG.joinpath(*parts)
@@ -140,7 +140,7 @@ def test_imports_follow_the_flow():
 def test_rule_catches_a_backward_import():
     assert _violation("plan", "image.render")
     assert _violation("station", "manifest")
-    assert _violation("fleet.verdict", "sim.board")
+    assert _violation("fleet.verify", "sim.board")
     assert _violation("station.flash", "fleet.inventory")
     assert _violation("station.bundle", "image.release")
     assert _violation("station.bundle", "contracts.release") is None
@@ -236,11 +236,75 @@ def test_restating_rule_catches_a_path_and_spares_a_longer_one():
 def test_the_serve_unit_text_exists_once():
     """The unit's words live in the layer's unit file only: the fleet and the virtual image fill it in."""
     from provisioner.contracts import board
-    from provisioner.fleet import service
+    from provisioner.fleet import launch
 
     marker = "Description=edge-llm inference service"
     holders = [p for p in [*PKG.rglob("*.py"), *(f for f in LAYER.rglob("*") if f.is_file())]
                if "__pycache__" not in p.parts and marker in p.read_text(encoding="utf-8", errors="replace")]
     assert holders == [board.SERVE_UNIT_SOURCE], holders
-    assert service.unit_text("llm") == board.serve_unit_text("llm")
+    assert launch.unit_text("llm") == board.serve_unit_text("llm")
     assert not re.search(r"@[A-Z_]+@", board.serve_unit_text("llm"))
+
+
+ROOT = PKG.parent
+PLAYBOOKS = ROOT / "playbooks"
+ACTIONS = PLAYBOOKS / "collections/ansible_collections/edge_llm/fleet/plugins/action"
+
+#: operation module (provisioner/fleet/<op>.py) -> its playbooks, the roles they run, the action plugins those
+#: roles (or the playbook itself) call. Pull mode is two playbooks: ``pull.yml`` installs it, a board runs
+#: ``local.yml`` on itself with the verify and deploy roles (whose actions belong to those operations).
+OPERATIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "verify": {"playbooks": ("verify.yml",), "roles": ("edge_llm_verify",), "actions": ("verify",)},
+    "deploy": {"playbooks": ("deploy.yml",), "roles": ("edge_llm_deploy",), "actions": ("deploy",)},
+    "rollback": {"playbooks": ("rollback.yml",), "roles": (), "actions": ()},
+    "launch": {"playbooks": ("launch.yml",), "roles": ("edge_llm_serve",), "actions": ("serve",)},
+    "update_os": {"playbooks": ("update-os.yml",), "roles": ("edge_llm_update_os",),
+                  "actions": ("ostree", "update_os_gate")},
+    "benchmark": {"playbooks": ("benchmark.yml",), "roles": ("edge_llm_benchmark",), "actions": ("benchmark",)},
+    "pull": {"playbooks": ("pull.yml", "local.yml"), "roles": ("edge_llm_pull",), "actions": ()},
+    "eval": {"playbooks": ("eval.yml",), "roles": (), "actions": ("eval",)},
+}
+#: rollback is the deploy role's ``tasks_from: rollback.yml`` and the deploy action's ``mode: rollback``
+SHARED_WITH = {"rollback": "deploy"}
+NOT_OPERATIONS = {"__init__", "runner"}    # the package and the runner that runs any operation
+
+
+def _listed(key: str) -> list[str]:
+    return sorted(x for op in OPERATIONS.values() for x in op[key])
+
+
+def test_playbooks_roles_actions_and_operation_modules_map_one_to_one():
+    """A newcomer finds an operation's controller rules from its playbook's name: ``playbooks/<op>.yml``, its
+    role and action plugins, and ``provisioner/fleet/<op>.py`` (dashes as underscores), nothing unmapped."""
+    modules = sorted(p.stem for p in (PKG / "fleet").glob("*.py") if p.stem not in NOT_OPERATIONS)
+    assert modules == sorted(OPERATIONS), "provisioner/fleet/ holds one module per operation (+ runner, shared/)"
+    assert sorted(p.name for p in PLAYBOOKS.glob("*.yml")) == _listed("playbooks")
+    assert sorted(p.name for p in (PLAYBOOKS / "roles").iterdir() if p.is_dir()) == _listed("roles")
+    assert sorted(p.stem for p in ACTIONS.glob("*.py")) == _listed("actions")
+    names = [p for op in OPERATIONS.values() for p in op["playbooks"]]
+    assert len(names) == len(set(names)) and len(_listed("roles")) == len(set(_listed("roles")))
+    plugin_utils = "\n".join(p.read_text(encoding="utf-8") for p in (ACTIONS.parent / "plugin_utils").glob("*.py"))
+    for op, parts in OPERATIONS.items():
+        assert parts["playbooks"][0].removesuffix(".yml").replace("-", "_") == op
+        owner = OPERATIONS[SHARED_WITH.get(op, op)]
+        plays = "\n".join((PLAYBOOKS / p).read_text(encoding="utf-8") for p in parts["playbooks"])
+        for role in owner["roles"]:
+            assert f"name: {role}" in plays or f"role: {role}" in plays, f"{parts['playbooks']} do not run {role}"
+        tasks = plays + "\n".join(t.read_text(encoding="utf-8") for role in owner["roles"]
+                                   for t in (PLAYBOOKS / "roles" / role / "tasks").glob("*.yml"))
+        for action in owner["actions"]:
+            assert f"edge_llm.fleet.{action}:" in tasks, f"roles of {op} do not call edge_llm.fleet.{action}"
+            source = (ACTIONS / f"{action}.py").read_text(encoding="utf-8")
+            assert re.search(rf"\b(fleet_)?{op}\.\w", source), f"action {action} does not use provisioner.fleet.{op}"
+        if owner["actions"]:
+            assert re.search(rf"from provisioner\.fleet import [^\n]*\b{op}\b", plugin_utils), \
+                f"plugin_utils/ does not import provisioner.fleet.{op}"
+
+
+def test_the_model_rollback_rule_lives_in_the_module_named_rollback():
+    """Where a version may become ``current`` and where it falls back to: one file, named for it."""
+    rollback = (PKG / "fleet" / "rollback.py").read_text(encoding="utf-8")
+    assert "def fallback(" in rollback and "def rollback_steps(" in rollback
+    others = [p.relative_to(PKG.parent) for p in (PKG / "fleet").rglob("*.py")
+              if p.name != "rollback.py" and re.search(r"def (_?fallback|rollback_\w+)\(", p.read_text("utf-8"))]
+    assert not others, f"rollback rules outside fleet/rollback.py: {others}"

@@ -1,10 +1,10 @@
 """Names a newcomer can trust: each of "check", "plan" and "artifacts" names one thing in the package.
 
 - "check" is the manifest + files cross-check (``provisioner check``, check.py) and verify's judged
-  items (fleet/verdict.py); Ansible's check mode is ``dry_run`` in code (``--check`` on the CLI).
+  items (fleet/verify.py); Ansible's check mode is ``dry_run`` in code (``--check`` on the CLI).
 - "plan" is the plan stage (plan.py), in module names and in function/class names; the build's
   decided invocation is ``BuildSetup``, litert's dry run ``describe()``, fetch's list ``fetch_list()``.
-- "artifacts" is the model-file stage (provisioner/artifacts/); what boards pull is fleet/deploy_index.py.
+- "artifacts" is the model-file stage (provisioner/artifacts/); what boards pull is fleet/shared/deploy_index.py.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def test_no_words_point_outside_the_product():
 
 
 def test_json_diagnoses_cite_public_sources():
-    from provisioner.fleet import diagnosis
+    from provisioner.fleet.shared import diagnosis
 
     for key, d in diagnosis.DIAGNOSES.items():
         assert not INTERNAL.search(d.source) and "seed" not in d.source.lower(), (key, d.source)

@@ -65,8 +65,8 @@ class Progress:
 def _run(action: str, inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...],
          as_json: bool, dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None,
          extra_vars: dict[str, Any] | None = None) -> None:
-    from provisioner.fleet.api import run_fleet
-    from provisioner.fleet.report import COLUMNS
+    from provisioner.fleet.runner import run_fleet
+    from provisioner.fleet.shared.report import COLUMNS
 
     rep = Reporter(quiet=as_json)
     rep.step(f"fleet {action}: {inventory}" + (f" (limit {limit})" if limit else "") + (" --check" if dry_run else ""))
@@ -134,7 +134,7 @@ for _a in ("verify", "launch", "rollback"):
 def deploy_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
                dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, artifacts: Path,
                artifact_url: str | None, manifest: Path | None) -> None:
-    from provisioner.fleet import deploy_index as art
+    from provisioner.fleet.shared import deploy_index as art
 
     if artifacts.is_file():
         index = art.load_index(artifacts)
@@ -213,8 +213,9 @@ def benchmark_cmd(inventory: Path, limit: str | None, report: Path | None, extra
 def report_cmd(pull_dir: Path, inventory: Path | None, limit: str | None, report: Path | None,
                as_json: bool) -> None:
     """Merge the reports of boards in ansible-pull mode into the usual fleet report (exit 1 if any did not pass)."""
-    from provisioner.fleet.inventory import list_hosts
-    from provisioner.fleet.report import COLUMNS, from_pull, terminal_text
+    from provisioner.fleet.pull import from_pull
+    from provisioner.fleet.shared.inventory import list_hosts
+    from provisioner.fleet.shared.report import COLUMNS, terminal_text
 
     hosts = list_hosts(inventory, limit) if inventory else None
     result = from_pull(pull_dir, hosts)
@@ -240,7 +241,7 @@ def report_cmd(pull_dir: Path, inventory: Path | None, limit: str | None, report
 def inventory_cmd(from_catalog: bool, check_only: bool, from_records: Path | None, out: Path | None,
                   as_json: bool) -> None:
     """Generate group_vars from the catalog, or an inventory from station records."""
-    from provisioner.fleet import inventory as inv
+    from provisioner.fleet.shared import inventory as inv
 
     if from_catalog == bool(from_records):
         raise FleetError("choose one of --from-catalog or --from-records", "see `provisioner fleet inventory -h`")

@@ -1,5 +1,5 @@
 """`provisioner fleet eval`: each board's models judged on the board with an eval suite (thin layer over
-provisioner.fleet.eval_report)."""
+provisioner.fleet.shared.eval_report)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tup
     the answers: per board and model, per category, with the worst failures. With --report, the JSON and
     CSV of the scores go beside it (<name>.eval.json, <name>.eval.csv)."""
     from provisioner.eval.suite import load_suite
-    from provisioner.fleet.eval_report import run_eval
+    from provisioner.fleet.shared.eval_report import run_eval
 
     loaded = load_suite(suite)           # every mistake in the file, before any board is touched
     rep = Reporter(quiet=as_json)
@@ -58,7 +58,7 @@ def manifest_gate(manifest: Path | None) -> dict[str, Any]:
     """The extra variables of ``--manifest``'s ``verify.eval`` (nothing without one, or without the gate)."""
     if manifest is None:
         return {}
-    from provisioner.fleet.eval_gate import eval_vars
+    from provisioner.fleet.eval import eval_vars
     from provisioner.manifest import load_manifest
 
     gate = load_manifest(manifest).verify.eval
@@ -69,7 +69,7 @@ def release_gate(data: dict[str, Any], where: Path) -> dict[str, Any]:
     """The extra variables of a release's ``fleet.eval`` (its manifest's verify.eval), validated here."""
     from provisioner.contracts.release import fleet_eval
     from provisioner.errors import FleetError
-    from provisioner.fleet.eval_gate import eval_vars, from_vars
+    from provisioner.fleet.eval import eval_vars, from_vars
 
     raw = fleet_eval(data)
     if raw is None:

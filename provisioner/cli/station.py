@@ -178,9 +178,9 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
 
 
 def _factory_baselines(release: Path, cfg: StationConfig, run: Any, records: Records, rep: Reporter) -> None:
-    """station.yaml ``baseline``: one smoke inference per board that passed (provisioner.fleet.baseline)."""
+    """station.yaml ``baseline``: one smoke inference per board that passed (provisioner.fleet.benchmark)."""
     from provisioner.contracts.release import load_release
-    from provisioner.fleet.baseline import measure
+    from provisioner.fleet.benchmark import measure
 
     attempts = {r.serial: r.attempt_id for r in run.results if r.ok and r.attempt_id is not None}
     if not attempts:

@@ -164,7 +164,7 @@ class Release:
         return float(v) if isinstance(v, int | float) and 0 < v < 1 else inventory.DEFAULT_BASELINE_MAX_DROP
 
     @property
-    def eval_gate(self) -> Any:  # noqa: ANN401 - validated by provisioner.fleet.eval_gate.from_vars
+    def eval_gate(self) -> Any:  # noqa: ANN401 - validated by provisioner.fleet.eval.from_vars
         """The manifest's ``verify.eval`` (release.json ``fleet.eval``: suite data, source, min_score), or None."""
         return fleet_eval(self.data)
 

@@ -2,5 +2,5 @@
 
 ``suite`` reads and validates a suite file (YAML) into typed cases and the OpenAI chat requests they send;
 ``score`` judges the answers a board's service gave. Both are pure: ``provisioner fleet eval`` and the
-deploy / update-os gates move the requests to the boards and the answers back (provisioner.fleet.eval_gate).
+deploy / update-os gates move the requests to the boards and the answers back (provisioner.fleet.eval).
 """

@@ -3,7 +3,7 @@
 An answer is what the board module (edge_llm.fleet.eval) brought back of one chat completion:
 ``{"status", "content", "tool_calls", "finish_reason", "error"}``. It is board text, untrusted: it is
 only compared here, never evaluated, and the report shows it as plain text with control characters
-made visible (provisioner.fleet.report.visible_text).
+made visible (provisioner.fleet.shared.report.visible_text).
 """
 
 from __future__ import annotations

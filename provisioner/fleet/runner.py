@@ -1,4 +1,8 @@
-"""Run the fleet playbooks with ansible-playbook and collect per-board outcomes.
+"""The fleet stage as one call: run a playbook with ansible-playbook over an inventory, get a report.
+
+``provisioner fleet ...`` and ``provisioner rehearse`` both call :func:`run_fleet`; nothing here
+prints - progress goes to ``on_event`` (the CLI renders it), the result is the report
+(:class:`~provisioner.fleet.shared.report.FleetReport`).
 
 ansible-playbook runs from an argv list through :func:`provisioner.process.run_streaming` with our
 JSON-lines stdout callback (``edge_llm.fleet.events``), so every task result arrives as one
@@ -17,12 +21,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner import context, tools
 from provisioner.errors import FleetError
-from provisioner.fleet.inventory import PLAYBOOK_DIR
+from provisioner.fleet.shared.inventory import PLAYBOOK_DIR, list_hosts
 from provisioner.process import run_streaming
+
+if TYPE_CHECKING:
+    from provisioner.fleet.shared.report import FleetReport
 
 ACTIONS = {
     "verify": "verify.yml",
@@ -174,7 +181,7 @@ def write_extra_vars(path: Path, extra_vars: Mapping[str, Any]) -> None:
     Ansible docs), which its JSON decoder turns back into the same string, never trusted as a template.
     (YAML's ``!unsafe`` tag is not used: ansible-core 2.19 resolves the tagged scalar's type, so a quoted
     ``'0000...'`` checksum came back as the integer 0.) Validation by type happens before
-    (provisioner.ota.commit, provisioner.fleet.deploy_index); this is the second wall.
+    (provisioner.ota.commit, provisioner.fleet.shared.deploy_index); this is the second wall.
     """
     path.write_text(json.dumps(_untrusted(extra_vars), sort_keys=True), encoding="utf-8")
 
@@ -298,3 +305,57 @@ def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None
                          f"{' | '.join(t.strip() for t in tail)[:400]}",
                          "fix the inventory/extra vars named above (ansible-playbook --syntax-check helps)")
     return run
+
+
+def parse_extra(pairs: Iterable[str]) -> list[str]:
+    """Validate ``-e key=val`` / ``-e @file`` arguments (passed to ansible-playbook unchanged)."""
+    out = []
+    for p in pairs:
+        if not p.startswith("@") and not p.lstrip().startswith("{") and "=" not in p:
+            raise FleetError(f"-e {p!r} is not key=value", "e.g. -e edge_llm_expected_build_id=gemma4-2026.11")
+        if p.startswith("@") and not Path(p[1:]).is_file():
+            raise FleetError(f"-e {p}: no such file", "pass an existing YAML/JSON vars file")
+        out.append(p)
+    return out
+
+
+def check_report_path(path: Path | str) -> None:
+    """One line, before the run, when the report could not be written where the user asked."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise FleetError(f"--report {path}: is a folder", "name a file, e.g. --report fleet.json")
+    if not folder.is_dir():
+        raise FleetError(f"--report {path}: folder {folder} does not exist", "create it or name another file")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise FleetError(f"--report {path}: not writable by this user", "name a file in a folder you can write")
+
+
+def run_fleet(action: str, inventory: Path | str, *, limit: str | None = None,
+              extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (),
+              report_path: Path | None = None, dry_run: bool = False, tags: str | None = None,
+              forks: int | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
+              log_path: Path | None = None, timeout_s: float | None = None,
+              env: Mapping[str, str] | None = None) -> FleetReport:
+    """Run ``action`` (verify|deploy|launch|rollback|benchmark) and return the per-board report.
+
+    Boards that fail or cannot be reached are rows in the report (``verdict`` fail/unreachable);
+    only problems that stop the whole run (bad inventory, missing ansible) raise FleetError.
+    """
+    if action not in ACTIONS:
+        raise FleetError(f"unknown fleet action '{action}'", f"use one of: {', '.join(ACTIONS)}")
+    if report_path:
+        check_report_path(report_path)        # before any board is touched, not after the whole run
+    from provisioner.fleet.shared.report import build_report  # the report is built from this module's FleetRun
+
+    hosts = list_hosts(inventory, limit, env=dict(env) if env is not None else None)
+    if not hosts:
+        raise FleetError(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""),
+                         "check the inventory and --limit")
+    run = run_playbook(action, inventory, limit=limit, extra_vars=extra_vars, extra_args=parse_extra(extra_args),
+                       dry_run=dry_run, tags=tags, forks=fleet_forks(len(hosts), forks, env), on_event=on_event,
+                       log_path=log_path, timeout_s=timeout_s, env=env)
+    report = build_report(run, hosts)
+    if report_path:
+        report.write(report_path)
+    return report

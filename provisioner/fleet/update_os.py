@@ -4,7 +4,7 @@ The gate runs on the new deployment after the reboot: the board's OSTree state (
 deployment come up), the checks of ``fleet verify`` (identity, BUILD_ID, FastRPC, memlock, a smoke
 inference at the board type's speed) and, on a board where ``fleet launch`` enabled the serving
 instances, a streamed chat completion through edge-llm-serve on the board's loopback judged by the
-same floor (:func:`provisioner.fleet.verdict.api_checks`). A board nobody launched has no enabled
+same floor (:func:`provisioner.fleet.verify.api_checks`). A board nobody launched has no enabled
 instance after the reboot (only an enabled instance starts at boot), so the API step is skipped
 and the report says so.
 """
@@ -16,8 +16,7 @@ from typing import Any
 from provisioner import catalog
 from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import HostVars
-from provisioner.fleet import probe as fleet_probe
-from provisioner.fleet import service, verdict
+from provisioner.fleet import launch, verify
 
 #: systemctl show's property that says whether the instance starts at boot (systemctl(1) is-enabled)
 ENABLED_PROPERTY = "UnitFileState"
@@ -60,9 +59,9 @@ def _config_key(model: str) -> str:
 def gate_spec(expect: HostVars) -> dict[str, Any]:
     """verify's probe spec plus, per model, whether its service instance is enabled and the config it
     runs with (same board call)."""
-    spec = fleet_probe.probe_spec(expect)
+    spec = verify.probe_spec(expect)
     for inst_model in (m.name for m in expect.models):
-        spec["units_show"][_enabled_key(inst_model)] = [service.instance_unit(inst_model), ENABLED_PROPERTY]
+        spec["units_show"][_enabled_key(inst_model)] = [launch.instance_unit(inst_model), ENABLED_PROPERTY]
         spec["read"][_config_key(inst_model)] = f"{on_board.SERVE_CONFIG_DIR}/{inst_model}.json"
     return spec
 
@@ -72,14 +71,14 @@ def enabled_instances(expect: HostVars, probe: dict[str, Any], *, bind: str,
     """The serving plan (edge_llm.fleet.serve_units) reduced to the instances enabled on the board, at the
     port and bind of the config the board runs: the service a client reaches is the one `fleet launch` set
     up there, even when that launch used other port settings than this run's inventory."""
-    plan = service.units(expect, bind=bind, port_base=port_base)
+    plan = launch.units(expect, bind=bind, port_base=port_base)
     shows = probe.get("units_show") or {}
     on = [i for i in plan["instances"] if shows.get(_enabled_key(i["model"])) in ENABLED_STATES]
     reads = probe.get("read") or {}
     # a config fleet launch wrote, without an enabled unit to run it: the update took the service away
     lost = [{"model": i["model"], "unit": i["unit"], "state": str(shows.get(_enabled_key(i["model"])) or "absent")}
             for i in plan["instances"] if i not in on and (reads.get(_config_key(i["model"])) or {}).get("content")]
-    on = [service.keep_board_endpoint(i, (reads.get(_config_key(i["model"])) or {}).get("content")) for i in on]
+    on = [launch.keep_board_endpoint(i, (reads.get(_config_key(i["model"])) or {}).get("content")) for i in on]
     return {"instances": [{k: i[k] for k in ("model", "unit", "port", "bind")} for i in on],
             "lost": lost, "token_file": plan["token_file"]}
 
@@ -93,14 +92,14 @@ def lost_step(lost: list[dict[str, Any]]) -> str:
 def judge(expect: HostVars, probe: dict[str, Any], api: dict[str, Any] | None,
           api_step: str) -> dict[str, Any]:
     """verify's verdict with the API checks added: the gate's report row (kind verify) and its api step."""
-    result = verdict.evaluate(expect, probe)
+    result = verify.evaluate(expect, probe)
     if api_step.startswith("failed:"):
-        result["checks"].append(verdict.Check("serving API", False, api_step).as_dict())
+        result["checks"].append(verify.Check("serving API", False, api_step).as_dict())
         result["failures"].append(f"serving API: {api_step}")
         result["ok"] = False
         result["reason"] = "; ".join(x for x in (result["reason"], f"serving API: {api_step}") if x)
     if api is not None:
-        extra = verdict.api_checks(expect, api)
+        extra = verify.api_checks(expect, api)
         result["checks"] += [c.as_dict() for c in extra]
         failed = [c for c in extra if not c.ok]
         result["failures"] += [f"{c.name}: {c.detail}" for c in failed]

@@ -382,7 +382,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
         else:
             shutil.copyfile(src, vdir / src.name)   # copyfile keeps sparse files cheap on most FSs
             names = [src.name]
-        # Same model.json shape the fleet's deploy role writes (provisioner.fleet.deploy_index):
+        # Same model.json shape the fleet's deploy role writes (provisioner.fleet.shared.deploy_index):
         # per-file name/size/sha256; a .litertlm also carries its own sha256/size/file.
         meta: dict[str, Any] = {"name": m.name, "kind": m.kind, "runtime": m.runtime, "qairt": m.qairt,
                                 "version": version,

@@ -51,7 +51,7 @@ def parse_address(serial: str, value: str) -> tuple[str, int | None]:
     return host, int(port) if port else None
 
 
-#: the attempt event that holds a board's factory baseline (written by provisioner.fleet.baseline)
+#: the attempt event that holds a board's factory baseline (written by provisioner.fleet.benchmark)
 BASELINE_STEP = "baseline"
 
 

@@ -9,7 +9,7 @@ import yaml
 
 from provisioner.contracts import inventory
 from provisioner.contracts.release import load_release
-from provisioner.fleet.inventory import inventory_from_records
+from provisioner.fleet.shared.inventory import inventory_from_records
 from provisioner.image.release import write_release
 from provisioner.station.inventory_export import build_inventory
 from provisioner.station.records import PASSED, Records

@@ -10,7 +10,7 @@ import yaml
 
 from provisioner.cli.fleet_eval import release_gate
 from provisioner.errors import FleetError, ManifestError
-from provisioner.fleet.eval_gate import VAR, from_vars
+from provisioner.fleet.eval import VAR, from_vars
 from provisioner.image.release import release_eval
 from provisioner.manifest import load_manifest
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from provisioner.fleet.inventory import group_name
+from provisioner.fleet.shared.inventory import group_name
 from provisioner.manifest import load_manifest
 from provisioner.sim import bundle, host
 from provisioner.sim import synthetic_models as sm

@@ -97,7 +97,7 @@ def test_the_api_gate_judges_the_runtimes_own_rate_too(tmp_path):
     import json
 
     from provisioner.contracts import inventory
-    from provisioner.fleet import verdict
+    from provisioner.fleet import verify
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _FastStreamSlowRuntime)
     srv.bodies = []
@@ -115,5 +115,5 @@ def test_the_api_gate_judges_the_runtimes_own_rate_too(tmp_path):
     assert fig["median_runtime_decode_tok_s"] == 4.0
     expect = inventory.HostVars.from_vars({"edge_llm_board": "iq-8275-evk", "edge_llm_models": [
         {"name": "m", "kind": "litertlm", "qairt": "2.44.0.260225", "min_decode_tok_s": 10.0}]})
-    (check,) = verdict.api_checks(expect, payload["api"])
+    (check,) = verify.api_checks(expect, payload["api"])
     assert not check.ok and "decode 4.0 tok/s" in check.detail

@@ -1,4 +1,4 @@
-"""The controller's deploy/rollback rules (provisioner.fleet.deploy_steps) without a board.
+"""The controller's deploy/rollback rules (provisioner.fleet.deploy, provisioner.fleet.rollback) without a board.
 
 What an ops team reads in the report after a failed gate, and what the board is told to do: a
 version that failed its gate is never committed and never stays `current`; with nothing to fall
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from provisioner.fleet import deploy_index, deploy_steps
+from provisioner.fleet import deploy, rollback
+from provisioner.fleet.shared import deploy_index, version_switch
 
 GEMMA = "gemma-4-e2b"
 BOARD = "iq-8275-evk"
@@ -25,20 +26,20 @@ def _install(version: str = "v2") -> dict:
 
 
 def _expects() -> dict:
-    return {GEMMA: deploy_steps.gate_expect(BOARD, {}, MODELS, None, GEMMA, "2.45.0.260326")}
+    return {GEMMA: version_switch.gate_expect(BOARD, {}, MODELS, None, GEMMA, "2.45.0.260326")}
 
 
 FAILED_RUN = {"rc": 1, "stdout": "", "stderr": "ERROR: TF_LITE_PREFILL_DECODE not found", "collected": {}}
 
 
-def _ops(steps: deploy_steps.Steps) -> list[tuple[str, str]]:
+def _ops(steps: version_switch.Steps) -> list[tuple[str, str]]:
     return [(o["op"], o.get("target") or o.get("unit") or "") for o in steps.ops]
 
 
 def test_failed_gate_on_current_rolls_back_to_previous():
     inst = _install()
     found = {GEMMA: {"installed": True, "committed": False, "old": "v2", "old_previous": "v1", "run": FAILED_RUN}}
-    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=True, prune=True)
+    steps = deploy.deploy_steps(inst, found, _expects(), health_gate=True, prune=True)
     assert _ops(steps) == [("link", "v1")]                          # no commit mark, current back to v1
     assert steps.failures[0].startswith(f"health gate failed: {GEMMA} v2 not committed, current rolled back to v1 (")
 
@@ -46,7 +47,7 @@ def test_failed_gate_on_current_rolls_back_to_previous():
 def test_failed_gate_with_nothing_to_fall_back_to_removes_current_and_stops_the_service():
     inst = _install()
     found = {GEMMA: {"installed": False, "committed": False, "old": "", "old_previous": "", "run": FAILED_RUN}}
-    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=True, prune=True)
+    steps = deploy.deploy_steps(inst, found, _expects(), health_gate=True, prune=True)
     unit = f"edge-llm-serve@{GEMMA}.service"
     assert _ops(steps) == [("unlink", ""), ("stop", unit)]
     assert f"no version to fall back to: current removed, {unit} stopped (" in steps.failures[0]
@@ -57,7 +58,7 @@ def test_a_new_version_is_committed_before_current_switches_and_old_versions_are
     found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "v0",
                      "run": {"rc": 0, "stdout": "An NPU is a processor. It runs neural networks fast.", "stderr": "",
                              "collected": {}}}}
-    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=False, prune=True)
+    steps = deploy.deploy_steps(inst, found, _expects(), health_gate=False, prune=True)
     assert [o["op"] for o in steps.ops] == ["write", "link", "link", "prune"]
     mark = json.loads(steps.ops[0]["content"])
     assert steps.ops[0]["path"].endswith("/v2" + deploy_index.COMMITTED) and mark["gated"] is False
@@ -67,15 +68,15 @@ def test_a_new_version_is_committed_before_current_switches_and_old_versions_are
 
 def test_an_up_to_date_board_gets_no_second_call():
     found = {GEMMA: {"installed": True, "committed": True, "old": "v2", "old_previous": "v1"}}
-    steps = deploy_steps.deploy_steps(_install(), found, _expects(), health_gate=True, prune=True)
+    steps = deploy.deploy_steps(_install(), found, _expects(), health_gate=True, prune=True)
     assert steps.ops == [] and steps.failures == []
 
 
 def test_rollback_without_previous_and_with_a_failed_gate_leaves_current_alone():
-    expects = {GEMMA: deploy_steps.gate_expect(BOARD, {}, MODELS, None, GEMMA)}
-    none = deploy_steps.rollback_steps(MODELS, {GEMMA: {"current": "v2", "previous": ""}}, expects, health_gate=True)
+    expects = {GEMMA: version_switch.gate_expect(BOARD, {}, MODELS, None, GEMMA)}
+    none = rollback.rollback_steps(MODELS, {GEMMA: {"current": "v2", "previous": ""}}, expects, health_gate=True)
     assert none.ops == [] and none.failures == [f"{GEMMA} has no previous version on this board -> deploy one first"]
-    bad = deploy_steps.rollback_steps(MODELS, {GEMMA: {"current": "v2", "previous": "v1", "run": FAILED_RUN}},
+    bad = rollback.rollback_steps(MODELS, {GEMMA: {"current": "v2", "previous": "v1", "run": FAILED_RUN}},
                                       expects, health_gate=True)
     assert bad.ops == []
     assert bad.failures[0].startswith(f"health gate failed: {GEMMA} v1 not rolled back to, current stays on v2 (")
@@ -86,16 +87,16 @@ OLD_Q, NEW_Q = "2.45.0.260326", "2.45.0.260401"
 OK_RUN = {"rc": 0, "stdout": "An NPU is a processor. It runs neural networks fast.", "stderr": "", "collected": {}}
 
 
-def _serve(qairt: str = OLD_Q) -> deploy_steps.Serve:
+def _serve(qairt: str = OLD_Q) -> version_switch.Serve:
     models = [dict(MODELS[0], qairt=qairt)]
-    return deploy_steps.Serve(deploy_steps.serve_expect(BOARD, {}, models), port_base=9100)
+    return version_switch.Serve(version_switch.serve_expect(BOARD, {}, models), port_base=9100)
 
 
 def _launched(qairt: str) -> dict:
     """The instance files `fleet launch` wrote for ``qairt`` (what call 1 reads back from the board)."""
-    inst = deploy_steps.launch_instance(_serve(), GEMMA, qairt)
-    from provisioner.fleet import service
-    return {"config": service.config_text(inst["config"]), "dropin": inst["dropin"]}
+    inst = version_switch.launch_instance(_serve(), GEMMA, qairt)
+    from provisioner.fleet import launch
+    return {"config": launch.config_text(inst["config"]), "dropin": inst["dropin"]}
 
 
 def _index_install(version: str, qairt: str) -> dict:
@@ -109,7 +110,7 @@ def test_a_switch_on_a_launched_board_rewrites_the_instance_for_the_new_qairt_an
     inst = _index_install("v2", NEW_Q)
     found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "", "run": OK_RUN,
                      "instance": _launched(OLD_Q), "qairt": {"v1": OLD_Q}}}
-    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
+    steps = deploy.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
     ops = [o["op"] for o in steps.ops]
     assert ops == ["write", "link", "link", "write", "write", "restart"], ops
     config = json.loads(steps.ops[3]["content"])
@@ -129,7 +130,7 @@ def test_a_restart_after_a_switch_keeps_the_port_the_board_was_launched_on():
     launched["config"] = launched["config"].replace('"port": 9100', '"port": 25850')
     found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "", "run": OK_RUN,
                      "instance": launched, "qairt": {"v1": OLD_Q}}}
-    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
+    steps = deploy.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
     config = next(json.loads(o["content"]) for o in steps.ops if o["op"] == "write" and o["path"].endswith(".json"))
     restart = next(o for o in steps.ops if o["op"] == "restart")
     assert config["port"] == 25850 and restart["instance"]["health_url"] == "http://127.0.0.1:25850/health"
@@ -139,27 +140,27 @@ def test_a_switch_on_a_board_without_the_instance_restarts_nothing_and_an_up_to_
     inst = _index_install("v2", NEW_Q)
     found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "", "run": OK_RUN,
                      "instance": None}}
-    steps = deploy_steps.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
+    steps = deploy.deploy_steps(inst, found, _expects(), health_gate=False, prune=False, serve=_serve())
     assert [o["op"] for o in steps.ops] == ["write", "link", "link"]
     done = {GEMMA: {"installed": True, "committed": True, "old": "v2", "old_previous": "v1",
                     "instance": _launched(NEW_Q)}}
-    assert deploy_steps.deploy_steps(inst, done, _expects(), health_gate=True, prune=True, serve=_serve()).ops == []
+    assert deploy.deploy_steps(inst, done, _expects(), health_gate=True, prune=True, serve=_serve()).ops == []
     # a run that died between the switch and the restart: the rerun rewrites the stale config and restarts
     stale = {GEMMA: dict(done[GEMMA], instance=_launched(OLD_Q))}
-    rerun = deploy_steps.deploy_steps(inst, stale, _expects(), health_gate=True, prune=True, serve=_serve())
+    rerun = deploy.deploy_steps(inst, stale, _expects(), health_gate=True, prune=True, serve=_serve())
     assert [o["op"] for o in rerun.ops] == ["write", "write", "restart"]
 
 
 def test_rollback_gates_and_serves_previous_on_its_own_qairt():
     serve = _serve(NEW_Q)                                     # the inventory still says what deploy brought
-    expects = {GEMMA: deploy_steps.gate_expect(BOARD, {}, MODELS, None, GEMMA, NEW_Q)}
-    args = deploy_steps.rollback_args(MODELS, expects, health_gate=True, serve=serve)
+    expects = {GEMMA: version_switch.gate_expect(BOARD, {}, MODELS, None, GEMMA, NEW_Q)}
+    args = rollback.rollback_args(MODELS, expects, health_gate=True, serve=serve)
     run = json.dumps(args["runs"][GEMMA])
-    assert deploy_steps.QAIRT_SLOT in run and NEW_Q not in run   # the board fills in previous's model.json QAIRT
+    assert rollback.QAIRT_SLOT in run and NEW_Q not in run   # the board fills in previous's model.json QAIRT
     assert args["models"][0]["default_qairt"] == NEW_Q
     found = {GEMMA: {"current": "v2", "previous": "v1", "run": OK_RUN, "qairt": {"v1": OLD_Q, "v2": NEW_Q},
                      "instance": _launched(NEW_Q)}}
-    steps = deploy_steps.rollback_steps(MODELS, found, expects, health_gate=False, serve=serve)
+    steps = rollback.rollback_steps(MODELS, found, expects, health_gate=False, serve=serve)
     writes = [o for o in steps.ops if o["op"] == "write" and o["path"].endswith(".json") and "serve" in o["path"]]
     assert len(writes) == 1 and f"/opt/qairt/{OLD_Q}/" in json.loads(writes[0]["content"])["env"]["LD_LIBRARY_PATH"]
     assert steps.ops[-1]["op"] == "restart"
@@ -168,6 +169,6 @@ def test_rollback_gates_and_serves_previous_on_its_own_qairt():
 def test_an_instance_that_does_not_come_back_is_reported_with_its_unit_and_health_url():
     done = [{"op": "restart", "path": f"edge-llm-serve@{GEMMA}.service", "changed": True, "health": "HTTP 503",
              "model": GEMMA, "version": "v2", "health_url": "http://127.0.0.1:9100/health"}]
-    assert deploy_steps.restart_failures(done, 30) == [
+    assert version_switch.restart_failures(done, 30) == [
         f"service failed after the switch: edge-llm-serve@{GEMMA}.service restarted onto {GEMMA} v2, "
         "GET http://127.0.0.1:9100/health did not answer 200 after 30 attempts (HTTP 503)"]

@@ -11,13 +11,13 @@ import pytest
 
 from provisioner import catalog
 from provisioner.contracts.inventory import HostVars
-from provisioner.fleet import verdict
+from provisioner.fleet import verify
 
 
-def _check(read_back: str | None, policy: int | None) -> verdict.Check:
+def _check(read_back: str | None, policy: int | None) -> verify.Check:
     expect = HostVars(board=catalog.board("iq-8275-evk"), download_mode=policy)
     probe = {"read": {"download_mode": {"content": read_back}}}
-    (check,) = verdict._download_mode_check(expect, probe)
+    (check,) = verify._download_mode_check(expect, probe)
     return check
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.fleet import verdict
+from provisioner.fleet import verify
 
 
 def _probe(owner: str, group: str, mode: str) -> dict:
@@ -19,8 +19,8 @@ def _probe(owner: str, group: str, mode: str) -> dict:
             "groups": {"fastrpc": {"exists": True, "members": ["llm"]}}}
 
 
-def _fastrpc(probe: dict) -> list[verdict.Check]:
-    return [c for c in verdict._fastrpc_checks(probe, "llm") if c.name == "fastrpc"]
+def _fastrpc(probe: dict) -> list[verify.Check]:
+    return [c for c in verify._fastrpc_checks(probe, "llm") if c.name == "fastrpc"]
 
 
 def test_the_udev_rules_owner_group_and_mode_pass() -> None:

@@ -27,8 +27,8 @@ import yaml
 
 from provisioner import catalog
 from provisioner.contracts import board as on_board
-from provisioner.fleet import deploy_index
-from provisioner.fleet.api import run_fleet
+from provisioner.fleet.runner import run_fleet
+from provisioner.fleet.shared import deploy_index
 from provisioner.hashing import sha256_file
 from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port

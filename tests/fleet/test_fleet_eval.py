@@ -19,10 +19,10 @@ import pytest
 from provisioner.cli import main
 from provisioner.contracts import board as on_board
 from provisioner.eval.suite import load_suite
-from provisioner.fleet import deploy_index
-from provisioner.fleet.api import run_fleet
-from provisioner.fleet.eval_gate import eval_vars
-from provisioner.fleet.eval_report import run_eval
+from provisioner.fleet.eval import eval_vars
+from provisioner.fleet.runner import run_fleet
+from provisioner.fleet.shared import deploy_index
+from provisioner.fleet.shared.eval_report import run_eval
 from tests.fleet.artserver import ArtifactServer
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.fleet.test_fleet_deploy import GEMMA, NEMO, NEW_QAIRT, _qairt_tarball, add_gemma, add_nemotron

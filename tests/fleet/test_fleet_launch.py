@@ -12,9 +12,8 @@ import subprocess
 import pytest
 import yaml
 
-from provisioner.fleet.api import run_fleet
-from provisioner.fleet.onboard import serve
-from provisioner.fleet.runner import run_playbook
+from provisioner.fleet.runner import run_fleet, run_playbook
+from provisioner.fleet.shared.onboard import serve
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.sim.realtext import real_completion
 

@@ -76,7 +76,7 @@ def verified(tmp_path_factory):
                               env={**os.environ, "COLUMNS": "250"})
         data = json.loads(report.read_text())
         # the CSV form from the same data (no second playbook run)
-        from provisioner.fleet.report import BoardRow, FleetReport
+        from provisioner.fleet.shared.report import BoardRow, FleetReport
         FleetReport(data["action"], data["inventory"], data["duration_s"],
                     [BoardRow(**b) for b in data["boards"]], data["returncode"]).write(csv_report)
         yield proc, data, csv_report

@@ -13,9 +13,9 @@ import yaml
 
 from provisioner import catalog
 from provisioner.contracts import board as on_board
-from provisioner.fleet import inventory
-from provisioner.fleet.report import build_report
 from provisioner.fleet.runner import EventCollector, FleetRun
+from provisioner.fleet.shared import inventory
+from provisioner.fleet.shared.report import build_report
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from provisioner.contracts.inventory import ModelVars
-from provisioner.fleet import diagnosis, verdict
-from provisioner.fleet.onboard import serve
+from provisioner.fleet import verify
+from provisioner.fleet.shared import diagnosis
+from provisioner.fleet.shared.onboard import serve
 
 # What litert_lm_main printed on a measured Ubuntu run (~28 tok/s, values with "~").
 LITERT_UBUNTU = """Qualcomm is a global technology company that designs, develops, and sells wireless
@@ -104,17 +105,17 @@ def test_smoke_check_flags_slow_decode_as_missing_burst():
     m = ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
                            min_decode_tok_s=25.6, max_ttft_s=0.5)
     slow = LITERT_UBUNTU.replace("~28 tokens/sec", "16.1 tokens/sec")
-    check, fig = verdict.smoke_check(m, {"rc": 0, "stdout": slow, "stderr": "W dispatch] Null Qualcomm options"})
+    check, fig = verify.smoke_check(m, {"rc": 0, "stdout": slow, "stderr": "W dispatch] Null Qualcomm options"})
     assert not check.ok and check.diagnosis == "no-burst" and fig["decode_tok_s"] == 16.1
-    check, _ = verdict.smoke_check(m, {"rc": 0, "stdout": LITERT_UBUNTU, "stderr": "HtpPerformanceMode: 2"})
+    check, _ = verify.smoke_check(m, {"rc": 0, "stdout": LITERT_UBUNTU, "stderr": "HtpPerformanceMode: 2"})
     assert check.ok
 
 
 def test_pam_memlock_rules_root_needs_its_own_line():
     wildcard_only = "*    soft    memlock    unlimited\n*    hard    memlock    unlimited\n"
-    assert verdict.pam_memlock("root", [wildcard_only]) == 8192 * 1024          # pam_limits: * never covers root
-    assert verdict.pam_memlock("llm", [wildcard_only]) == "infinity"
-    assert verdict.pam_memlock("root", [wildcard_only, "root - memlock unlimited"]) == "infinity"
+    assert verify.pam_memlock("root", [wildcard_only]) == 8192 * 1024          # pam_limits: * never covers root
+    assert verify.pam_memlock("llm", [wildcard_only]) == "infinity"
+    assert verify.pam_memlock("root", [wildcard_only, "root - memlock unlimited"]) == "infinity"
 
 
 # litert_lm_main's stdout laid out as the pinned source prints it (LiteRT-LM cbf463d):
@@ -160,7 +161,7 @@ def test_litert_answer_is_what_the_model_said_without_the_echoed_prompt():
     out = serve.parse_benchmark_info(litert_main_stdout(SMOKE_PROMPT, NPU_ANSWER))
     assert out["text"] == NPU_ANSWER
     assert out["decode_tok_s"] == 29.01 and out["ttft_s"] == 0.09 and out["prefill_tokens"] == 23
-    check, fig = verdict.smoke_check(GEMMA, {"rc": 0, "stdout": litert_main_stdout(SMOKE_PROMPT, NPU_ANSWER),
+    check, fig = verify.smoke_check(GEMMA, {"rc": 0, "stdout": litert_main_stdout(SMOKE_PROMPT, NPU_ANSWER),
                                              "stderr": "Set HTP performance mode: 2"}, prompt=SMOKE_PROMPT)
     assert check.ok and fig["text"] == NPU_ANSWER
 
@@ -168,7 +169,7 @@ def test_litert_answer_is_what_the_model_said_without_the_echoed_prompt():
 def test_a_board_that_answers_nothing_fails_verify_although_the_prompt_reads_well():
     """The echoed prompt is good English: scored as the answer, an empty answer passed the smoke check."""
     run = {"rc": 0, "stdout": litert_main_stdout(SMOKE_PROMPT, ""), "stderr": "Set HTP performance mode: 2"}
-    check, fig = verdict.smoke_check(GEMMA, run)
+    check, fig = verify.smoke_check(GEMMA, run)
     assert not check.ok and check.diagnosis == "garbage" and "empty answer" in check.detail
     assert fig["text"] == ""
 
@@ -177,7 +178,7 @@ def test_a_collapsed_answer_is_not_rescued_by_the_prompts_vocabulary():
     collapsed = " ".join(["the NPU runs the model and the NPU runs"] * 4)      # 36 words, 5 distinct
     assert not serve.coherence(collapsed)[0]
     run = {"rc": 0, "stdout": litert_main_stdout(SMOKE_PROMPT, collapsed), "stderr": "Set HTP performance mode: 2"}
-    check, _ = verdict.smoke_check(GEMMA, run)
+    check, _ = verify.smoke_check(GEMMA, run)
     assert not check.ok and "vocabulary collapsed" in check.detail
 
 

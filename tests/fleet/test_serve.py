@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from provisioner.contracts import board as on_board
-from provisioner.fleet import onboard, service
-from provisioner.fleet.onboard import serve
+from provisioner.fleet import launch
+from provisioner.fleet.shared import onboard
+from provisioner.fleet.shared.onboard import serve
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "layers" / "meta-edge-llm" / "recipes-ai" / "edge-llm-serve"
@@ -44,7 +45,7 @@ def test_one_source_for_the_program_the_layer_and_the_fleet_install():
     assert not (REPO / "provisioner" / "board").exists()
     # the unit is the layer's file with its placeholders filled from contracts.board, as the recipe fills them
     assert on_board.SERVE_UNIT_SOURCE.resolve() == (RECIPE / "files" / "edge-llm-serve@.service").resolve()
-    unit = service.unit_text("llm")
+    unit = launch.unit_text("llm")
     assert unit == on_board.serve_unit_text("llm") and "User=llm" in unit and "SupplementaryGroups=fastrpc" in unit
     assert f"ExecStart={on_board.SERVE_BIN} serve --config {on_board.SERVE_CONFIG_DIR}/%i.json" in unit
     # no limit of its own: the image's drop-in sets image.memlock (tests/image/test_memlock.py)
@@ -66,17 +67,17 @@ def test_launch_writes_a_socket_unit_that_holds_each_instances_port():
         ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
                   chat_template="gemma", file="m.litertlm"),))
     for bind, listen in (("127.0.0.1", "127.0.0.1:9100"), ("::1", "[::1]:9100"), ("0.0.0.0", "0.0.0.0:9100")):
-        plan = service.units(expect, bind=bind, port_base=9100)
+        plan = launch.units(expect, bind=bind, port_base=9100)
         inst = plan["instances"][0]
         assert inst["socket"] == "edge-llm-serve@gemma-4-e2b.socket"
         assert f"\nListenStream={listen}\n" in inst["socket_text"]
         assert "WantedBy=sockets.target" in inst["socket_text"]
-        spec = service.launch_spec(plan, user="llm")
+        spec = launch.launch_spec(plan, user="llm")
         (sock,) = [f for f in spec["files"] if f["path"].endswith(".socket")]
         assert sock["path"] == "/etc/systemd/system/edge-llm-serve@gemma-4-e2b.socket"
         assert sock["reload"] and sock["units"] == [inst["socket"], inst["unit"]]
         assert spec["instances"][0]["socket"] == inst["socket"]
-    moved = service.keep_board_endpoint(inst, json.dumps({"port": 9200, "bind": "127.0.0.1"}))
+    moved = launch.keep_board_endpoint(inst, json.dumps({"port": 9200, "bind": "127.0.0.1"}))
     assert "\nListenStream=127.0.0.1:9200\n" in moved["socket_text"]
 
 
@@ -102,7 +103,7 @@ def test_a_board_whose_image_has_the_same_package_needs_no_copy(tmp_path, monkey
     entry = tmp_path / "edge-llm-serve"
     entry.write_bytes(onboard.SERVE_SCRIPT.read_bytes())
     entry.chmod(0o755)
-    spec_file = next(f for f in service.launch_spec(_plan(), user="llm")["files"] if f.get("package"))
+    spec_file = next(f for f in launch.launch_spec(_plan(), user="llm")["files"] if f.get("package"))
     assert spec_file["package"]["digest"] == shipped.serve_package_digest()
     ids = (os.getuid(), os.getgid())
     assert board.runs_package(str(entry), spec_file["package"], 0o755, *ids)
@@ -120,4 +121,4 @@ def _plan() -> dict:
     expect = HostVars(board=catalog.board("iq-8275-evk"), models=(
         ModelVars(name="gemma-4-e2b", kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225",
                   chat_template="gemma", file="m.litertlm"),))
-    return service.units(expect)
+    return launch.units(expect)

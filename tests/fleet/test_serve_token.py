@@ -7,7 +7,7 @@ import pytest
 from provisioner import catalog
 from provisioner.contracts.board import TOKEN_FILE
 from provisioner.contracts.inventory import ModelVars
-from provisioner.fleet.serve_config import controller_token, serve_config
+from provisioner.fleet.shared.serve_config import controller_token, serve_config
 
 
 def _model() -> ModelVars:
@@ -46,7 +46,7 @@ def test_controller_token_is_read_beside_the_inventory(tmp_path):
 def test_an_unreadable_token_is_one_fleet_error(tmp_path):
     """A token path that is a folder (or unreadable) says which file and what it must be, not a traceback."""
     from provisioner.errors import FleetError
-    from provisioner.fleet.serve_config import TOKEN_DIR_NAME, controller_token
+    from provisioner.fleet.shared.serve_config import TOKEN_DIR_NAME, controller_token
 
     inv = tmp_path / "inventory.yml"
     (tmp_path / TOKEN_DIR_NAME / "board-1").mkdir(parents=True)

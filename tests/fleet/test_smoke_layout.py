@@ -18,8 +18,8 @@ import pytest
 from provisioner import catalog
 from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import ModelVars
-from provisioner.fleet.onboard import serve
-from provisioner.fleet.serve_config import smoke_run
+from provisioner.fleet.shared.onboard import serve
+from provisioner.fleet.shared.serve_config import smoke_run
 
 REPO = Path(__file__).resolve().parents[2]
 UPSTREAM = REPO / ".." / "shared" / "realworld" / "upstream" / "LiteRT-LM-cbf463d"

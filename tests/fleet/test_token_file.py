@@ -12,7 +12,7 @@ import os
 import pytest
 
 from provisioner.fleet.runner import run_playbook
-from provisioner.fleet.serve_config import TOKEN_DIR_NAME, token_file_problem
+from provisioner.fleet.shared.serve_config import TOKEN_DIR_NAME, token_file_problem
 from tests.fleet.test_untrusted_inputs import inventory
 
 GOOD = "Ab3" * 15

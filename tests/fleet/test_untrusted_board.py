@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from provisioner.fleet.api import run_fleet
+from provisioner.fleet.runner import run_fleet
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.fleet.test_untrusted_inputs import planted, string_paths
 

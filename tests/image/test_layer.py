@@ -265,7 +265,7 @@ def test_memlock_files(tmp_path, distro_layer):
     limits = (dest / on_board.LIMITS_FILE.lstrip("/")).read_text()
     assert "*    hard    memlock    unlimited" in limits
     # pam_limits skips '*' for root: the fleet's reading of the file must give root unlimited too
-    from provisioner.fleet.verdict import pam_memlock
+    from provisioner.fleet.verify import pam_memlock
 
     assert pam_memlock("root", [limits]) == "infinity"
     assert pam_memlock("llm", [limits]) == "infinity"
@@ -278,7 +278,7 @@ def test_serve_recipe_installs_the_unit_the_fleet_writes(tmp_path, distro_layer)
     """The image's edge-llm-serve@.service is the text ``fleet launch`` writes, for the manifest's user."""
     import shutil
 
-    from provisioner.fleet import service
+    from provisioner.fleet import launch
 
     d = bbparse.parse_recipe(LAYER / "recipes-ai/edge-llm-serve/edge-llm-serve_1.0.bb",
                              _env(tmp_path, distro_layer, local='EDGE_LLM_INFERENCE_USER = "svc"\n'))
@@ -287,7 +287,7 @@ def test_serve_recipe_installs_the_unit_the_fleet_writes(tmp_path, distro_layer)
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
     unit = dest / (d.getVar("systemd_system_unitdir") + "/" + on_board.SERVE_UNIT).lstrip("/")
-    assert unit.read_text() == service.unit_text("svc")
+    assert unit.read_text() == launch.unit_text("svc")
     assert os.access(dest / on_board.SERVE_BIN.lstrip("/"), os.X_OK)
     assert (dest / on_board.SERVE_CONFIG_DIR.lstrip("/")).is_dir()
 

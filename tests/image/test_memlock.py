@@ -20,8 +20,8 @@ from provisioner import catalog
 from provisioner.contracts import board as on_board
 from provisioner.contracts import memlock
 from provisioner.contracts.inventory import HostVars, ModelVars
-from provisioner.fleet import service
-from provisioner.fleet.verdict import pam_memlock
+from provisioner.fleet import launch
+from provisioner.fleet.verify import pam_memlock
 from provisioner.image.render import render
 from provisioner.manifest import load_manifest
 from provisioner.sim.service_manager import Manager
@@ -76,7 +76,7 @@ def _image_files(tmp_path: Path, policy: str) -> Path:
     expect = HostVars(board=catalog.board("iq-8275-evk"), serve_user="llm", models=(
         ModelVars(name=MODEL, kind="litertlm", runtime="litert_lm", qairt="2.44.0.260225", chat_template="gemma",
                   file="m.litertlm"),))
-    plan = service.units(expect)
+    plan = launch.units(expect)
     inst = plan["instances"][0]
     for path, text in ((plan["unit_path"], plan["unit_text"]), (inst["dropin_path"], inst["dropin"])):
         (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)

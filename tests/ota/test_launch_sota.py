@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from provisioner.contracts import board as on_board
-from provisioner.fleet.onboard import program_bytes
+from provisioner.fleet.shared.onboard import program_bytes
 from provisioner.sim import host
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.ota import otafleet as of

@@ -83,7 +83,7 @@ def test_public_keys_are_not_secrets(cli, tmp_path: Path) -> None:
 def test_the_token_paths_publish_knows_are_the_ones_the_fleet_and_the_service_use() -> None:
     """publish (stage 4) cannot import the fleet (stage 5): the token's path is checked equal here."""
     from provisioner.contracts.board import TOKEN_FILE
-    from provisioner.fleet.serve_config import TOKEN_DIR_NAME
+    from provisioner.fleet.shared.serve_config import TOKEN_DIR_NAME
     from provisioner.ota import secrets
 
     assert secrets.TOKEN_FILES == (TOKEN_FILE,)

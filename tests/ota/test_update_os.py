@@ -12,7 +12,7 @@ import time
 import pytest
 
 from provisioner.errors import SimError
-from provisioner.fleet.api import run_fleet
+from provisioner.fleet.runner import run_fleet
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.ota import otafleet as of
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from provisioner.fleet import inventory
-from provisioner.fleet.report import build_report, ostree_pulled_bytes
 from provisioner.fleet.runner import EventCollector, FleetRun
+from provisioner.fleet.shared import inventory
+from provisioner.fleet.shared.report import build_report, ostree_pulled_bytes
 
 C2 = "ab" * 32
 DELTA_PULL = "1 delta parts, 3 loose fetched; 3 KiB transferred in 0 seconds; 0 bytes content written"

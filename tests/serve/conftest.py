@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.contracts import board as on_board
-from provisioner.fleet.onboard import SERVE_SCRIPT
+from provisioner.fleet.shared.onboard import SERVE_SCRIPT
 from provisioner.sim import cstandins
 
 TOKEN = "t0k3n-for-tests-0123456789abcdef"

@@ -211,7 +211,7 @@ def test_a_generation_that_never_ends_is_stopped_at_timeout_s(start_board, runti
 
 
 def test_the_per_client_cap_counts_an_ipv6_client_by_its_64():
-    from provisioner.fleet.onboard import serve
+    from provisioner.fleet.shared.onboard import serve
     # one host usually holds a whole /64 (RFC 6177): counting per address would let it open 2^64 "clients"
     assert serve.client_key(("2001:db8:1:2::1", 1, 0, 0)) == serve.client_key(("2001:db8:1:2:ffff::9", 2, 0, 0))
     assert serve.client_key(("2001:db8:1:3::1", 1, 0, 0)) != serve.client_key(("2001:db8:1:2::1", 1, 0, 0))

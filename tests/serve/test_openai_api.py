@@ -82,7 +82,7 @@ def test_errors_are_openai_error_objects(start_board, runtime, runtime_error):
 
 def test_nemotron_thinking_switch_reaches_the_template(start_board):
     board = start_board("genie")
-    from provisioner.fleet.onboard import serve
+    from provisioner.fleet.shared.onboard import serve
     cfg = serve.load_config(str(board.cfg_path))
     job = serve.make_job(cfg, "chat", {"messages": [{"role": "user", "content": "q"}]})
     assert "system<|end_header_id|>\n\ndetailed thinking off<|eot_id|>" in job.prompt
@@ -112,7 +112,7 @@ def test_metrics_parse_as_prometheus_text(start_board):
 @pytest.mark.parametrize("n", [True, 1.0, 2, "1"])
 def test_n_other_than_the_integer_1_is_refused_by_name(n):
     # Before: true and 1.0 passed, since they compare equal to 1; every other field refuses a bool.
-    from provisioner.fleet.onboard import serve
+    from provisioner.fleet.shared.onboard import serve
     cfg = {"model": "m", "runtime": "litert_lm"}
     with pytest.raises(serve.BadRequest) as exc:
         serve.make_job(cfg, "chat", {"messages": [{"role": "user", "content": "q"}], "n": n})

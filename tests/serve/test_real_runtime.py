@@ -242,7 +242,7 @@ const char* litert_lm_stream_chunk_get_text(void* chunk) { return 0; }
 
 
 def test_a_library_of_another_abi_is_refused_at_start_with_one_line(tmp_path, start_board):
-    from provisioner.fleet.onboard import SERVE_PACKAGE
+    from provisioner.fleet.shared.onboard import SERVE_PACKAGE
     names = [ln.split('"')[1] for ln in (SERVE_PACKAGE / "engines" / "cabi.py").read_text().splitlines()
              if ln.strip().startswith('"litert_lm_') and "(" in ln]
     src = tmp_path / "other.c"
@@ -405,7 +405,7 @@ class _StallingCancel:
 def test_a_late_cancel_never_reaches_the_next_generation(tmp_path):
     """Deterministic form of the churn test, in process on the real runtime: a client's cancel that is
     decided while its generation runs but lands after the next one started leaves the next one alone."""
-    from provisioner.fleet.onboard import serve
+    from provisioner.fleet.shared.onboard import serve
     shutil.copy(TINY / "tiny.litertlm", tmp_path / "tiny.litertlm")
     engine = serve.LiteRtLmEngine({"runtime": "litert_lm", "library": str(real_library()), "model_dir": str(tmp_path),
                                    "model_file": "tiny.litertlm", "backend": "cpu", "cache_dir": ":nocache"})

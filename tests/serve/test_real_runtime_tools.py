@@ -44,7 +44,7 @@ def repack(tmp: Path, model_type: str, template: str | None = None) -> Path:
 
 @pytest.fixture(scope="module")
 def serve_pkg():
-    from provisioner.fleet.onboard import serve
+    from provisioner.fleet.shared.onboard import serve
     return serve
 
 
@@ -353,7 +353,7 @@ def test_every_litert_prototype_matches_the_pinned_header():
         pytest.skip(f"{UPSTREAM_HEADER.resolve()} is absent: the upstream checks need ../shared/realworld")
     from edge_llm_serve.engines.cabi import LITERT_LM_PROTOTYPES
 
-    from provisioner.fleet.onboard import SERVE_PACKAGE
+    from provisioner.fleet.shared.onboard import SERVE_PACKAGE
     declared = _declarations(UPSTREAM_HEADER.read_text())
     cited = {}
     for ln in (SERVE_PACKAGE / "engines" / "cabi.py").read_text().splitlines():

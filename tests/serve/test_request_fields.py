@@ -16,7 +16,7 @@ import urllib.request
 import openai
 import pytest
 
-from provisioner.fleet.onboard import serve
+from provisioner.fleet.shared.onboard import serve
 from tests.serve import test_real_runtime as real_runtime
 from tests.serve.conftest import TOKEN
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from provisioner.fleet.onboard import SERVE_SCRIPT
+from provisioner.fleet.shared.onboard import SERVE_SCRIPT
 
 from .test_openai_api import raw
 

@@ -1,6 +1,6 @@
 """Start edge-llm-serve on a virtual board the way `fleet launch` installs it (tests and bench/serve.py).
 
-The unit, config and drop-in come from ``fleet.service.units``, the production planner, so a test
+The unit, config and drop-in come from ``fleet.launch.units``, the production planner, so a test
 client reaches the service through the same files a real board gets.
 """
 
@@ -17,7 +17,7 @@ import requests
 
 from provisioner import catalog
 from provisioner.contracts.inventory import HostVars, ModelVars
-from provisioner.fleet import service
+from provisioner.fleet import launch
 from provisioner.manifest import load_manifest
 from provisioner.sim import control, host, ports
 
@@ -31,7 +31,7 @@ def start_service(vb, root: Path, *, ready_timeout_s: float = 120) -> tuple[str,
     m = load_manifest(control.builtin_manifest(root, vb.board_id)).models[0]
     mv = ModelVars(name=m.name, kind=m.kind, runtime=m.runtime, qairt=catalog.normalize_qairt(m.qairt),
                    chat_template=m.chat_template or "plain", file=Path(m.path).name if m.kind == "litertlm" else None)
-    plan = service.units(HostVars(board=catalog.board(vb.board_id), models=(mv,)), port_base=ports.serve_port_base(vb))
+    plan = launch.units(HostVars(board=catalog.board(vb.board_id), models=(mv,)), port_base=ports.serve_port_base(vb))
     inst = plan["instances"][0]
     files = {plan["unit_path"]: plan["unit_text"], inst["config_path"]: json.dumps(inst["config"]) + "\n",
              inst["dropin_path"]: inst["dropin"]}

@@ -53,7 +53,7 @@ def litert_cmd(vb: VirtualBoard, prompt: str = "Explain what Qualcomm is in two 
     """The litert_lm_main command line of a measured board run, run with the board's QAIRT/LiteRT-LM run environment.
 
     With ``run_dir`` the model is given through a fresh directory holding a link to it beside a link to
-    the dispatch library, as the fleet's smoke run lays it out (provisioner.fleet.serve_config.litert_run_links);
+    the dispatch library, as the fleet's smoke run lays it out (provisioner.fleet.shared.serve_config.litert_run_links);
     without, ``--model_path`` names the model in the fleet's model directory.
     """
     from provisioner import catalog

@@ -1,6 +1,6 @@
 """The official openai client against edge-llm-serve on virtual boards of both types.
 
-The service runs as the fleet installs it (fleet.service.units: unit, config, drop-in) on the
+The service runs as the fleet installs it (fleet.launch.units: unit, config, drop-in) on the
 board's stand-in runtime library, so chat, completions, streaming, the model list and errors are
 checked through the same path a user's client takes on a real board.
 """

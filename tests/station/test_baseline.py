@@ -12,7 +12,7 @@ import yaml
 from provisioner.cli import main
 from provisioner.contracts.inventory import FactoryBaseline, ModelVars
 from provisioner.errors import StationError
-from provisioner.fleet.verdict import baseline_check
+from provisioner.fleet.verify import baseline_check
 from provisioner.image.release import write_release
 from provisioner.manifest import load_manifest
 from provisioner.sim import control, host

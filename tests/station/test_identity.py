@@ -14,7 +14,7 @@ import yaml
 from provisioner.cli import main
 from provisioner.contracts import inventory
 from provisioner.errors import UserError
-from provisioner.fleet.hostkey import mismatch_reason
+from provisioner.fleet.shared.hostkey import mismatch_reason
 from provisioner.sim import control, host
 from provisioner.station import identity
 from provisioner.station.records import Records

@@ -1,9 +1,9 @@
 """Controller side of edge_llm.fleet.benchmark: repeated smoke runs and the streaming API bench in one task.
 
 One board module call per board: edge_llm.fleet.verify with the spec's runs repeated (medians judged by
-provisioner.fleet.verdict, as ``fleet verify`` judges one run) and, in the same call, its ``api`` option: the
+provisioner.fleet.verify, as ``fleet verify`` judges one run) and, in the same call, its ``api`` option: the
 streaming bench of edge_llm.fleet.api against the instances ``fleet launch`` started (ports and token file
-from provisioner.fleet.service; the module reads the token on the board). The combined payload is the
+from provisioner.fleet.launch; the module reads the token on the board). The combined payload is the
 task's ``edge_llm`` result and, when ``dir`` is set, ``<dir>/<host>.json`` on the controller, where an
 action plugin runs: no per-board copy task.
 """
@@ -16,9 +16,13 @@ import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, service
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import probe as fleet_probe
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import verdict as fleet_verdict
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import (
+    BoardAction,
+    benchmark,
+    inventory,
+    launch,
+    verify,
+)
 
 
 def save(directory: str, host: str, payload: dict) -> str:
@@ -58,14 +62,14 @@ class ActionModule(BoardAction):
             expect_vars["edge_llm_verify_max_tokens"] = args["max_tokens"]
         try:
             expect = inventory.HostVars.from_vars(expect_vars)
-            spec = fleet_probe.probe_spec(expect, smoke_only=True, repeat=runs)
+            spec = verify.probe_spec(expect, smoke_only=True, repeat=runs)
         except Exception as exc:  # ValueError/TypeError of the vars, UserError of the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
         api_on = boolean(args.get("api", True), strict=False) and not self._play_context.check_mode
         more = {}
         if api_on:
             try:
-                plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
+                plan = launch.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
                                      port_base=int(args.get("port_base") or 8080))
             except ValueError as exc:
                 raise AnsibleActionFail(f"edge_llm_benchmark: {exc}") from exc
@@ -80,11 +84,11 @@ class ActionModule(BoardAction):
         if stop is not None:
             return stop
         found = raw["probe"]
-        payload = fleet_verdict.evaluate(expect, found, smoke_only=True)
+        payload = verify.evaluate(expect, found, smoke_only=True)
         payload["kind"] = "benchmark"
         # the gatherer lists ``repeats`` only for more than one run; a single run is its ``runs`` entry
         repeats = found.get("repeats") or {name: [run] for name, run in (found.get("runs") or {}).items()}
-        payload["benchmark"] = fleet_verdict.benchmark_summary(expect, repeats)
+        payload["benchmark"] = benchmark.benchmark_summary(expect, repeats)
         payload["api"] = {}
         result["changed"] = False
         problems = list(payload["failures"]) if not payload["ok"] else []

@@ -2,7 +2,7 @@
 
 All rules (the install plan, the gate's expectations and verdict, commit/switch/prune/fallback
 steps, the rewrite and restart of a launched instance after a switch) are in provisioner.fleet
-(deploy_index, deploy_steps, service, verdict); this plugin only moves data between them and the
+(deploy, rollback, shared.deploy_index, shared.version_switch); this plugin only moves data between them and the
 board module of the same name.
 """
 
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils import eval_action
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import (
     BoardAction,
+    deploy,
     deploy_index,
-    deploy_steps,
+    rollback,
+    version_switch,
 )
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils import eval_action
 
 MODULE = "edge_llm.fleet.deploy"
 
@@ -42,10 +44,10 @@ class ActionModule(BoardAction):
             install = self._install(args, task_vars) if mode == "deploy" else {}
             qairt = {m["name"]: m["qairt"] for m in install.get("models") or []}
             names = list(qairt) if mode == "deploy" else [m["name"] for m in models]
-            expects = {n: deploy_steps.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
+            expects = {n: version_switch.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
                                                    args.get("prompt"), n, qairt.get(n)) for n in names}
-            serve = deploy_steps.Serve(
-                deploy_steps.serve_expect(str(args.get("board") or ""), args.get("board_facts"), models),
+            serve = version_switch.Serve(
+                version_switch.serve_expect(str(args.get("board") or ""), args.get("board_facts"), models),
                 **({"bind": str(args["serve_bind"])} if args.get("serve_bind") else {}),
                 **({"port_base": int(args["serve_port_base"])} if args.get("serve_port_base") else {}),
                 health={"retries": int(args.get("health_retries", 30)), "delay": float(args.get("health_delay", 1)),
@@ -64,7 +66,7 @@ class ActionModule(BoardAction):
 
     def _install(self, args: dict, task_vars) -> dict:
         """What this board pulls: the ``install`` argument, else the artifact index (``edge_llm_deploy_index``)
-        planned for the board's models (provisioner.fleet.deploy_index, as the ``board_install`` filter does)."""
+        planned for the board's models (provisioner.fleet.shared.deploy_index, as the ``board_install`` filter does)."""
         if args.get("install"):
             return dict(args["install"])
         index = self._var(task_vars, "edge_llm_deploy_index")
@@ -80,9 +82,9 @@ class ActionModule(BoardAction):
 
     def _run(self, result, task_vars, mode, install, models, expects, gate, prune, serve):
         if mode == "deploy":
-            first = self._call(deploy_steps.install_args(install, expects, health_gate=gate, serve=serve), task_vars)
+            first = self._call(deploy.install_args(install, expects, health_gate=gate, serve=serve), task_vars)
         else:
-            first = self._call(deploy_steps.rollback_args(models, expects, health_gate=gate, serve=serve), task_vars)
+            first = self._call(rollback.rollback_args(models, expects, health_gate=gate, serve=serve), task_vars)
         if first.get("unreachable"):
             return first
         if first.get("failed") or "found" not in first:
@@ -96,9 +98,9 @@ class ActionModule(BoardAction):
             result["msg"] = "would change this board" if result["changed"] else "up to date"
             return result
         if mode == "deploy":
-            steps = deploy_steps.deploy_steps(install, found, expects, health_gate=gate, prune=prune, serve=serve)
+            steps = deploy.deploy_steps(install, found, expects, health_gate=gate, prune=prune, serve=serve)
         else:
-            steps = deploy_steps.rollback_steps(models, found, expects, health_gate=gate, serve=serve)
+            steps = rollback.rollback_steps(models, found, expects, health_gate=gate, serve=serve)
         changed = bool(first.get("changed"))
         done = []
         if steps.ops:
@@ -111,7 +113,7 @@ class ActionModule(BoardAction):
             changed = changed or bool(second.get("changed"))
             done = second.get("done") or []
         failures = (([first["error"]] if first.get("error") else []) + steps.failures
-                    + deploy_steps.restart_failures(done, serve.health["retries"]))
+                    + version_switch.restart_failures(done, serve.health["retries"]))
         result["changed"] = changed
         result["edge_llm"] = {"kind": mode, "ok": not failures, "models": steps.models,
                               "trees": first.get("trees", []), "done": done, "failures": failures}

@@ -2,14 +2,14 @@
 
 One board module call per board (edge_llm.fleet.eval sends the requests through edge-llm-serve on the board's
 loopback with the board's token, read there); the suite, the scoring and the minimum score are
-provisioner.fleet.eval_gate's. The payload (kind ``eval``) is the task's ``edge_llm`` result.
+provisioner.fleet.eval's. The payload (kind ``eval``) is the task's ``edge_llm`` result.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, service
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.eval_action import eval_gate, instances_of
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory, launch
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.eval_action import fleet_eval, instances_of
 
 
 class ActionModule(BoardAction):
@@ -22,9 +22,9 @@ class ActionModule(BoardAction):
         task_vars = task_vars or {}
         args = self._inputs(task_vars)
         try:
-            suite, min_score = eval_gate.from_vars(args.get("eval"))
+            suite, min_score = fleet_eval.from_vars(args.get("eval"))
             expect = inventory.HostVars.from_vars(self._expect_vars(args, task_vars))
-            plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
+            plan = launch.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
                                  port_base=int(args.get("port_base") or 8080))
         except Exception as exc:  # ValueError of the vars or the suite, UserError of the catalog
             raise AnsibleActionFail(f"edge_llm_eval: {exc}") from exc
@@ -32,8 +32,8 @@ class ActionModule(BoardAction):
         if self._play_context.check_mode:
             result.update(skipped=True, msg="check mode: no requests sent")
             return result
-        health = dict(eval_gate.HEALTH, health_retries=int(args.get("health_retries") or 30))
-        payload = eval_gate.run(lambda name, margs: self._module(name, margs, task_vars), suite,
+        health = dict(fleet_eval.HEALTH, health_retries=int(args.get("health_retries") or 30))
+        payload = fleet_eval.run(lambda name, margs: self._module(name, margs, task_vars), suite,
                                 instances_of(plan), plan["token_file"], min_score, health,
                                 int(args.get("timeout") or 120))
         if payload.get("unreachable"):

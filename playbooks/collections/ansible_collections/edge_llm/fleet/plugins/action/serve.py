@@ -1,7 +1,7 @@
 """Controller side of edge_llm.fleet.serve (fleet launch): plan the board's service, run the board module once.
 
 The plan (program, unit, per-model configs and drop-ins, ports, token path, owners and modes) comes
-from provisioner.fleet.service, the one place those rules live; the board's bearer token comes from
+from provisioner.fleet.launch, the one place those rules live; the board's bearer token comes from
 ansible.builtin.password on the controller (a 0600 file in a 0700 directory, created at the first
 launch and read back by every rerun, where `fleet benchmark` and clients find it). This plugin only
 moves data: the token reaches the board module as a no_log option, never a result.
@@ -16,8 +16,8 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import (
     BoardAction,
     inventory,
+    launch,
     serve_config,
-    service,
 )
 
 #: the token's alphabet and length (43 letters/digits: ~256 bits), as ansible.builtin.password generates it
@@ -62,11 +62,11 @@ class ActionModule(BoardAction):
                                     "token file of this board")
         try:
             expect = inventory.HostVars.from_vars(self._expect_vars(args, task_vars))
-            plan = service.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
+            plan = launch.units(expect, bind=str(args.get("bind") or "127.0.0.1"),
                                  port_base=int(args.get("port_base") or 8080))
         except Exception as exc:  # ValueError/TypeError of the vars, UserError of the catalog (unknown board id)
             raise AnsibleActionFail(f"edge_llm_serve: {exc}") from exc
-        spec = service.launch_spec(plan, user=expect.serve_user)
+        spec = launch.launch_spec(plan, user=expect.serve_user)
         module_args = {
             **spec,
             "token": self._token(str(args["token_path"]), task_vars),

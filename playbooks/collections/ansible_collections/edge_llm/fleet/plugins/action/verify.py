@@ -1,7 +1,7 @@
 """Controller side of edge_llm.fleet.verify: build the probe spec, run the board module once, judge the result.
 
 All board knowledge (layout paths, thresholds, output parsers, the known failure signatures) is in
-provisioner.fleet (probe builds the spec, verdict judges the answers); this plugin only moves data
+provisioner.fleet.verify (it builds the spec and judges the answers); this plugin only moves data
 between them and the board.
 """
 
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import BoardAction, inventory
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import probe as fleet_probe
-from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import verdict as fleet_verdict
+from ansible_collections.edge_llm.fleet.plugins.plugin_utils.board_action import (
+    BoardAction,
+    benchmark,
+    inventory,
+    verify,
+)
 
 
 class ActionModule(BoardAction):
@@ -30,19 +33,19 @@ class ActionModule(BoardAction):
             raise AnsibleActionFail(f"edge_llm_verify: {exc}") from exc
         smoke_only = bool(args.get("smoke_only", False))
         repeat = int(args.get("repeat") or 1)
-        spec = fleet_probe.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
+        spec = verify.probe_spec(expect, only_model=args.get("only_model"), smoke_only=smoke_only,
                                       model_dir_override=args.get("model_dir") or None, repeat=repeat)
         raw, stop = self._probe(spec, task_vars, result)
         if stop is not None:
             return stop
         found = raw["probe"]
-        verdict = fleet_verdict.evaluate(expect, found, smoke_only=smoke_only)
+        verdict = verify.evaluate(expect, found, smoke_only=smoke_only)
         if args.get("only_model"):
             verdict["models"] = {k: v for k, v in verdict["models"].items() if k == args["only_model"]}
         result["changed"] = False
         if repeat > 1:
             verdict["kind"] = "benchmark"
-            verdict["benchmark"] = fleet_verdict.benchmark_summary(expect, found.get("repeats") or {})
+            verdict["benchmark"] = benchmark.benchmark_summary(expect, found.get("repeats") or {})
             result["edge_llm"] = verdict
         else:
             result["edge_llm"] = {"kind": "verify", **verdict}

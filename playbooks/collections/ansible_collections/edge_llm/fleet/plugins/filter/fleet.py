@@ -13,7 +13,8 @@ from ansible.errors import AnsibleFilterError
 # instead of reaching into a checkout: the built collection runs on any controller that has it.
 try:
     from provisioner.contracts import inventory
-    from provisioner.fleet import deploy_index, service
+    from provisioner.fleet import launch
+    from provisioner.fleet.shared import deploy_index
 except ImportError as exc:
     _MISSING = f"{exc}"
 else:
@@ -49,7 +50,7 @@ def serve_units(expect_vars, bind="127.0.0.1", port_base=8080):
     except Exception as exc:
         raise AnsibleFilterError(f"serve_units: {exc}") from exc
     try:
-        return service.units(expect, bind=bind, port_base=int(port_base))
+        return launch.units(expect, bind=bind, port_base=int(port_base))
     except ValueError as exc:     # a LAN bind without a token
         raise AnsibleFilterError(f"serve_units: {exc}") from exc
 

@@ -1,6 +1,6 @@
 """Board-side probe runner (shared by the verify and deploy modules): read, stat and run what a spec names.
 
-The spec is built on the controller (provisioner.fleet.probe.probe_spec); this code knows nothing
+The spec is built on the controller (provisioner.fleet.verify.probe_spec); this code knows nothing
 about boards. ``run_one`` is the smoke inference: the verify module runs it on ``current``, the
 deploy module on a version directory before ``current`` may point at it - the same probe, so a
 health gate and ``fleet verify`` can never disagree. Standard library only: a QLI image has no pip.

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """Board side of edge-llm deploy and rollback: install, smoke-test, then commit and switch, in one or two calls.
 
-The controller (action plugin of the same name, provisioner.fleet.deploy_steps) computes the plan
+The controller (action plugin of the same name: provisioner.fleet.deploy, .rollback) computes the plan
 and judges the smoke runs; this module executes and reports facts, so a board costs one module call
 when it is up to date and two when something changes. edge-llm-serve loads its model once, at start:
 after a switch, call 2 rewrites the instance's config the controller planned and try-restarts it.
@@ -29,7 +29,7 @@ options:
     choices: [install, rollback, apply]
     default: install
   trees:
-    description: QAIRT/runtime trees (url, sha256, size, dest, staging), from provisioner.fleet.deploy_index.
+    description: QAIRT/runtime trees (url, sha256, size, dest, staging), from provisioner.fleet.shared.deploy_index.
     type: list
     elements: dict
   models:
@@ -37,10 +37,10 @@ options:
     type: list
     elements: dict
   runs:
-    description: Smoke inference per model name (provisioner.fleet.serve_config.smoke_run).
+    description: Smoke inference per model name (provisioner.fleet.shared.serve_config.smoke_run).
     type: dict
   artifact_mark:
-    description: Name of the mark written into a complete tree (provisioner.fleet.deploy_index.ARTIFACT_MARK).
+    description: Name of the mark written into a complete tree (provisioner.fleet.shared.deploy_index.ARTIFACT_MARK).
     type: str
     default: .edge-llm-artifact.json
   meta_name:
@@ -52,7 +52,7 @@ options:
     type: list
     elements: dict
   qairt_slot:
-    description: What stands for previous's QAIRT in O(mode=rollback)'s smoke run (provisioner.fleet.deploy_steps).
+    description: What stands for previous's QAIRT in O(mode=rollback)'s smoke run (provisioner.fleet.rollback).
     type: str
     default: "{qairt}"
   reserve_mb:

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """Board side of fleet launch: make edge-llm-serve's files and instances what the controller planned, in one call.
 
-The controller (action plugin of the same name, provisioner.fleet.service) computes every path,
+The controller (action plugin of the same name, provisioner.fleet.launch) computes every path,
 content, owner and mode; this module only compares, writes what differs (atomically), tells
 systemd, starts or restarts the instances whose inputs changed, waits for GET /health and probes
 the API. It knows nothing about boards or models. Stdlib only (a QLI image has no pip).

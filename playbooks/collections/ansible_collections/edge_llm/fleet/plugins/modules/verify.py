@@ -1,7 +1,7 @@
 #!/usr/bin/python
 """Board-side gatherer for edge-llm verify: reads, stats and runs what a spec names, in one call.
 
-The controller (action plugin of the same name, provisioner.fleet.probe) builds the spec from the
+The controller (action plugin of the same name, provisioner.fleet.verify) builds the spec from the
 on-board layout and the inventory and judges the result; this module knows nothing about boards,
 so one module call per board is all verify costs.
 """
@@ -19,7 +19,7 @@ description:
     the inventory (edge_llm_* variables) and evaluates the result.
 options:
   spec:
-    description: What to gather (built by provisioner.fleet.probe.probe_spec).
+    description: What to gather (built by provisioner.fleet.verify.probe_spec).
     type: dict
     required: false
   expect:

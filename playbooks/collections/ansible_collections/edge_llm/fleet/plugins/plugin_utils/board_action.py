@@ -22,15 +22,17 @@ from ansible.plugins.action import ActionBase
 
 try:
     from provisioner.contracts import inventory
-    from provisioner.fleet import deploy_index, deploy_steps, probe, serve_config, service, update_os, verdict
+    from provisioner.fleet import benchmark, deploy, launch, rollback, update_os, verify
+    from provisioner.fleet.shared import deploy_index, serve_config, version_switch
 except ImportError as exc:
     MISSING = f"{exc}"
-    inventory = deploy_index = deploy_steps = probe = serve_config = service = update_os = verdict = None
+    inventory = benchmark = deploy = launch = rollback = update_os = verify = None
+    deploy_index = serve_config = version_switch = None
 else:
     MISSING = ""
 
-__all__ = ["BoardAction", "deploy_index", "deploy_steps", "inventory", "probe", "serve_config", "service", "update_os",
-           "verdict"]
+__all__ = ["BoardAction", "benchmark", "deploy", "deploy_index", "inventory", "launch", "rollback", "serve_config",
+           "update_os", "verify", "version_switch"]
 
 
 class BoardAction(ActionBase):

@@ -1,5 +1,5 @@
 """The eval gate inside other edge_llm.fleet actions: after a deploy switched a launched model, and in the
-update-os health gate. The rules are provisioner.fleet.eval_gate's; this only moves data between them, the
+update-os health gate. The rules are provisioner.fleet.eval's; this only moves data between them, the
 board modules and the existing rollback path of the action that calls it.
 """
 
@@ -8,11 +8,13 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 
 try:
-    from provisioner.fleet import deploy_index, deploy_steps, eval_gate, service
+    from provisioner.fleet import eval as fleet_eval
+    from provisioner.fleet import launch
+    from provisioner.fleet.shared import deploy_index, version_switch
 except ImportError:          # board_action names the missing package on the first action run
-    deploy_index = deploy_steps = eval_gate = service = None
+    deploy_index = fleet_eval = launch = version_switch = None
 
-__all__ = ["after_deploy", "eval_gate", "gate_of", "in_update_os_gate", "instances_of"]
+__all__ = ["after_deploy", "fleet_eval", "gate_of", "in_update_os_gate", "instances_of"]
 
 
 def instances_of(plan):
@@ -22,13 +24,13 @@ def instances_of(plan):
 
 def gate_of(action, task_vars):
     """(suite, min_score) when the run carries an eval gate (``edge_llm_eval`` with a min_score), else None."""
-    value = action._var(task_vars, eval_gate.VAR)
+    value = action._var(task_vars, fleet_eval.VAR)
     if not value:
         return None
     try:
-        suite, min_score = eval_gate.from_vars(value)
+        suite, min_score = fleet_eval.from_vars(value)
     except ValueError as exc:
-        raise AnsibleActionFail(f"{eval_gate.VAR}: {exc}") from exc
+        raise AnsibleActionFail(f"{fleet_eval.VAR}: {exc}") from exc
     return (suite, min_score) if min_score is not None else None
 
 
@@ -44,12 +46,12 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
     restarted = {d.get("model") for d in payload.get("done") or [] if d.get("op") == "restart" and not d.get("health")}
     moved = {n: r for n, r in (payload.get("models") or {}).items()
              if r.get("from") != r.get("version") and str(r.get("outcome", "")).startswith("current ")}
-    asked = [i for i in service.units(serve.expect, bind=serve.bind, port_base=serve.port_base)["instances"]
+    asked = [i for i in launch.units(serve.expect, bind=serve.bind, port_base=serve.port_base)["instances"]
              if i["model"] in moved and i["model"] in restarted]
     if not asked:
         return result
-    plan = service.units(serve.expect, bind=serve.bind, port_base=serve.port_base)
-    report = eval_gate.run(lambda name, margs: action._module(name, margs, task_vars), suite, instances_of(
+    plan = launch.units(serve.expect, bind=serve.bind, port_base=serve.port_base)
+    report = fleet_eval.run(lambda name, margs: action._module(name, margs, task_vars), suite, instances_of(
         {"instances": asked}), plan["token_file"], min_score)
     if report.get("unreachable"):
         return report
@@ -61,7 +63,7 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
             f"{m} {r['score']:.2f}" for m, r in report["models"].items())
         return result
     back = [m for m in models if m.get("name") in failed]
-    expects = {m["name"]: deploy_steps.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
+    expects = {m["name"]: version_switch.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
                                                    args.get("prompt"), m["name"]) for m in back}
     rolled = action._run({}, task_vars, "rollback", {}, back, expects, health_gate, False, serve)
     if rolled.get("unreachable"):
@@ -89,7 +91,7 @@ def in_update_os_gate(action, task_vars, serve, verdict):
         verdict["eval"] = {"kind": "eval", "skipped": "no serving instance enabled on the board (fleet launch)"}
         return None
     suite, min_score = gate
-    report = eval_gate.run(lambda name, margs: action._module(name, margs, task_vars), suite, serve["instances"],
+    report = fleet_eval.run(lambda name, margs: action._module(name, margs, task_vars), suite, serve["instances"],
                            serve["token_file"], min_score)
     if report.get("unreachable"):
         return report

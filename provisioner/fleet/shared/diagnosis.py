@@ -3,7 +3,7 @@
 Every failed verify check names a key of :data:`DIAGNOSES`; the report shows its cause, remedy and a
 public source the user can open. :func:`diagnose_log` maps a runtime's log (LiteRT-LM's
 litert_lm_main, Genie's genie-t2t-run) to such a key. One place for the catalogue, so the verdict
-(:mod:`provisioner.fleet.verdict`) and the words test read the same entries.
+(:mod:`provisioner.fleet.verify`) and the words test read the same entries.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The config edge-llm-serve reads for one model, and the smoke inference built from it.
 
 One builder for three users: the serve units ``fleet deploy`` installs
-(:mod:`provisioner.fleet.service`), verify's smoke inference (:mod:`provisioner.fleet.probe`) and the
+(:mod:`provisioner.fleet.launch`), verify's smoke inference (:mod:`provisioner.fleet.verify`) and the
 benchmark, so all three run the runtime with the same executable, environment and chat template.
 """
 
@@ -16,7 +16,7 @@ from provisioner import catalog
 from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import ModelVars
 from provisioner.errors import FleetError
-from provisioner.fleet.onboard import serve
+from provisioner.fleet.shared.onboard import serve
 
 SMOKE_TIMEOUT_S = 300
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

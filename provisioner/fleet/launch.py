@@ -18,8 +18,8 @@ from typing import Any
 from provisioner import shipped
 from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import HostVars
-from provisioner.fleet.onboard import SERVE_SCRIPT, program_bytes, serve
-from provisioner.fleet.serve_config import serve_config
+from provisioner.fleet.shared.onboard import SERVE_SCRIPT, program_bytes, serve
+from provisioner.fleet.shared.serve_config import serve_config
 
 
 def unit_text(user: str = "llm") -> str:

@@ -27,8 +27,8 @@ from provisioner import catalog
 from provisioner.contracts import board as on_board
 from provisioner.contracts.release import MODEL_KINDS, RUNTIMES
 from provisioner.errors import FleetError
-from provisioner.fleet.inventory import atomic_write
-from provisioner.fleet.service import instance_unit
+from provisioner.fleet.launch import instance_unit
+from provisioner.fleet.shared.inventory import atomic_write
 from provisioner.hashing import SHA256_RE, sha256_file
 
 CACHE_NAME = ".edge-llm-index.json"

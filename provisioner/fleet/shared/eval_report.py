@@ -1,11 +1,11 @@
 """``fleet eval``: run a suite on every board's models and report scores per board, model and category.
 
-The run is the ``eval`` playbook through :func:`provisioner.fleet.api.run_fleet` (Ansible, forks for
+The run is the ``eval`` playbook through :func:`provisioner.fleet.runner.run_fleet` (Ansible, forks for
 parallelism); each board's task result carries the eval payload (kind ``eval``) the action judged. The
 report adds, beside the usual fleet report rows, one row per board and model: the score, each
 category's share, and the worst failures with the model's own words (board text: shown as plain text with
-control characters made visible, :func:`provisioner.fleet.report.visible_text`; CSV cells guarded by
-:func:`provisioner.fleet.report.csv_cell`). JSON and CSV go beside the fleet report (``<stem>.eval.json``,
+control characters made visible, :func:`provisioner.fleet.shared.report.visible_text`; CSV cells guarded by
+:func:`provisioner.fleet.shared.report.csv_cell`). JSON and CSV go beside the fleet report (``<stem>.eval.json``,
 ``<stem>.eval.csv``).
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 
 from provisioner.errors import FleetError
 from provisioner.eval.suite import Suite
-from provisioner.fleet import eval_gate
-from provisioner.fleet.inventory import atomic_write
-from provisioner.fleet.report import FleetReport, csv_cell, visible_text
+from provisioner.fleet import eval as fleet_eval
 from provisioner.fleet.runner import HostOutcome
+from provisioner.fleet.shared.inventory import atomic_write
+from provisioner.fleet.shared.report import FleetReport, csv_cell, visible_text
 
 #: failures the terminal shows (the JSON keeps all of them)
 SHOWN_FAILURES = 8
@@ -141,7 +141,7 @@ def build_eval_report(suite: Suite, min_score: float | None, fleet: FleetReport,
                                          categories=dict(res.get("categories") or {}),
                                          failures=list(res.get("failures") or []),
                                          verdict="fail" if below or r.verdict != "pass" else "pass",
-                                         reason=eval_gate.below(str(model), res, min_score) if below else ""))
+                                         reason=fleet_eval.below(str(model), res, min_score) if below else ""))
     return rep
 
 
@@ -151,7 +151,7 @@ def run_eval(inventory: Path | str, suite: Suite, min_score: float | None, *, li
              timeout_s: float | None = None, env: dict[str, str] | None = None) -> EvalReport:
     """Run the eval playbook over ``inventory`` and build the :class:`EvalReport` (written beside
     ``report_path`` when given, after the fleet report itself)."""
-    from provisioner.fleet.api import run_fleet
+    from provisioner.fleet.runner import run_fleet
 
     outcomes: dict[str, HostOutcome] = {}
 
@@ -164,7 +164,7 @@ def run_eval(inventory: Path | str, suite: Suite, min_score: float | None, *, li
         if on_event:
             on_event(ev)
 
-    fleet = run_fleet("eval", inventory, limit=limit, extra_vars=eval_gate.eval_vars(suite, min_score),
+    fleet = run_fleet("eval", inventory, limit=limit, extra_vars=fleet_eval.eval_vars(suite, min_score),
                       extra_args=extra_args, report_path=report_path, forks=forks, on_event=collect,
                       log_path=log_path, timeout_s=timeout_s, env=env)
     rep = build_eval_report(suite, min_score, fleet, outcomes)

@@ -1,9 +1,16 @@
-"""Verify's verdict: turn a board's raw probe answers into checks, figures and ok/not ok.
+"""``fleet verify``: the probe spec the board answers, and the verdict on its answers.
+
+The board side is a dumb gatherer (the edge_llm.fleet collection's ``verify`` module): it reads the
+files, stats the paths, asks systemctl and runs the smoke inference named in the spec
+(:func:`probe_spec`), and returns raw JSON in ONE module call. Everything that knows about boards - the
+on-board paths (:mod:`provisioner.contracts.board`), what to look at - is built here on the controller, and here
+the answers become checks, figures and ok/not ok (:func:`evaluate`). That keeps a 50-board verify at one
+SSH round trip per board and keeps the rules testable without a board.
 
 A *check* here is one judged item of a board's verify report (identity, release, fastrpc, memlock,
 QAIRT, model files, smoke inference); the report's ``checks`` list holds them. Each failed check
-names its cause in :mod:`provisioner.fleet.diagnosis`. The spec the answers come from is
-:mod:`provisioner.fleet.probe`.
+names its cause in :mod:`provisioner.fleet.shared.diagnosis`. ``fleet benchmark``, the deploy gate
+and the update-os gate judge with the same checks.
 """
 
 from __future__ import annotations
@@ -16,9 +23,13 @@ from provisioner import catalog
 from provisioner.contracts import board as on_board
 from provisioner.contracts import download_mode, memlock
 from provisioner.contracts.inventory import FactoryBaseline, HostVars, ModelVars
-from provisioner.fleet.diagnosis import DIAGNOSES, diagnose_log
-from provisioner.fleet.onboard import serve
+from provisioner.fleet.shared.diagnosis import DIAGNOSES, diagnose_log
+from provisioner.fleet.shared.onboard import serve
+from provisioner.fleet.shared.serve_config import smoke_run
 
+DT_BASE = "/sys/firmware/devicetree/base"    # /proc/device-tree is a symlink to it on DT kernels
+LIMITS_CONF = "/etc/security/limits.conf"
+LIMITS_D = "/etc/security/limits.d"
 RLIM_INFINITY_TEXT = "infinity"
 
 
@@ -451,22 +462,46 @@ def baseline_check(m: ModelVars, fig: dict[str, Any], base: FactoryBaseline | No
     return [Check(f"baseline:{m.name}", True, detail)]
 
 
-def benchmark_summary(expect: HostVars, repeats: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Median decode tok/s and TTFT per model over repeated smoke runs (failed runs are counted, not averaged)."""
-    import statistics
-
-    out: dict[str, Any] = {}
-    for m in expect.models:
-        runs = repeats.get(m.name) or []
-        figs = []
-        for run in runs:
-            check, fig = smoke_check(m, run, expect.prompt)
-            figs.append({"ok": check.ok, "decode_tok_s": fig.get("decode_tok_s"), "ttft_s": fig.get("ttft_s"),
-                         "detail": "" if check.ok else check.detail})
-        decs = [f["decode_tok_s"] for f in figs if f["decode_tok_s"] is not None]
-        ttfts = [f["ttft_s"] for f in figs if f["ttft_s"] is not None]
-        out[m.name] = {"runs": figs, "n": len(figs), "failed": sum(1 for f in figs if not f["ok"]),
-                       "median_decode_tok_s": round(statistics.median(decs), 2) if decs else None,
-                       "median_ttft_s": round(statistics.median(ttfts), 4) if ttfts else None,
-                       "min_decode_tok_s": m.min_decode_tok_s, "max_ttft_s": m.max_ttft_s}
-    return out
+def probe_spec(expect: HostVars, *, only_model: str | None = None, smoke_only: bool = False,
+               model_dir_override: dict[str, str] | None = None, repeat: int = 1) -> dict[str, Any]:
+    """Everything the board-side gatherer must read/stat/run for ``expect``, as plain JSON; each smoke run
+    ``repeat`` times (a benchmark takes medians of them)."""
+    b = expect.board
+    overrides = model_dir_override or {}
+    models = [m for m in expect.models if only_model in (None, m.name)]
+    spec: dict[str, Any] = {"read": {}, "stat": {}, "exists": {}, "units_active": {}, "units_show": {},
+                            "rlimit_memlock": True, "models": {}, "runs": {}, "qairt": {},
+                            "rehash": expect.rehash}
+    if not smoke_only:
+        spec["read"] = {
+            "soc0_machine": on_board.SOC0_MACHINE, "soc_id": on_board.SOC0_SOC_ID,
+            "dt_compatible": [on_board.DT_COMPATIBLE, DT_BASE + "/compatible"],
+            "dt_model": [on_board.DT_MODEL, DT_BASE + "/model"], "os_release": on_board.OS_RELEASE,
+            "download_mode": on_board.DOWNLOAD_MODE_PARAM,
+            "limits_conf": LIMITS_CONF,
+        }
+        spec["read_dir"] = {"limits_d": LIMITS_D}
+        spec["stat"] = {"fastrpc_device": on_board.FASTRPC_DEVICE, "fastrpc_lib": on_board.FASTRPC_LIB}
+        spec["units_active"] = {"cdsprpcd": on_board.FASTRPC_SERVICE}
+        spec["group_members"] = [on_board.FASTRPC_GROUP]
+        for m in models:
+            genie = m.runtime == "genie"
+            spec["exists"][f"qairt:{m.name}"] = [on_board.qairt_dir(m.qairt)] + on_board.qairt_files(b, m.qairt, genie)
+            if m.runtime == "litert_lm":
+                spec["exists"][f"runtime:{m.name}"] = [f"{on_board.litert_dir()}/{f}" for f in on_board.LITERT_FILES]
+            host = on_board.qairt_host_lib_dir(b, m.qairt)
+            skel = f"{on_board.qairt_skel_dir(b, m.qairt)}/{b.skel_lib}"
+            spec["qairt"][m.name] = {"root": on_board.QAIRT_ROOT, "marker": f"{on_board.qairt_dir(m.qairt)}/sdk.yaml",
+                                     "libs": [f"{host}/libQnnHtp.so", skel]}
+            unit = on_board.SERVE_UNIT.replace("@.", f"@{m.name}.")
+            spec["units_show"][f"memlock:{m.name}"] = [unit, "LimitMEMLOCK"]
+    for m in models:
+        mdir = overrides.get(m.name, on_board.model_current(m.name))
+        if not smoke_only:
+            spec["models"][m.name] = {"dir": mdir, "meta": on_board.MODEL_META,
+                                      "json": ["htp_backend_ext_config.json"] if m.runtime == "genie" else [],
+                                      "hash": True}
+        if expect.smoke:
+            spec["runs"][m.name] = {**smoke_run(b, m, expect.prompt, expect.max_tokens, model_dir=mdir),
+                                    "repeat": repeat}
+    return spec
