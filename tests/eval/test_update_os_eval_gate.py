@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from provisioner.eval.suite import load_suite
-from provisioner.fleet.eval_gate import VAR, eval_vars
+from provisioner.fleet.eval import VAR, eval_vars
 
 COLLECTIONS = Path(__file__).resolve().parents[2] / "playbooks" / "collections"
 if str(COLLECTIONS) not in sys.path:
