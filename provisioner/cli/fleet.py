@@ -23,7 +23,8 @@ _COMMON_HELP = {
 
 @click.group("fleet")
 def command() -> None:
-    """Ansible over the fleet: verify, deploy, launch, rollback, benchmark, update-os; inventories from the catalog."""
+    """Ansible over the fleet: verify, deploy, launch, rollback, benchmark, eval, update-os; inventories from the
+    catalog."""
 
 
 class Progress:
@@ -52,6 +53,9 @@ class Progress:
             elif payload.get("kind") in ("verify", "benchmark"):
                 figs = ", ".join(f"{m} {f.get('decode_tok_s')} tok/s" for m, f in (payload.get("models") or {}).items())
                 self.rep.info(f"  [green]ok[/]          {h}: {figs or 'checks passed'}")
+            elif payload.get("kind") == "eval":
+                scores = ", ".join(f"{m} {r.get('score', 0):.2f}" for m, r in (payload.get("models") or {}).items())
+                self.rep.info(f"  [green]ok[/]          {h}: eval {scores or 'nothing scored'}")
             elif status == "changed":
                 self.rep.info(f"  [yellow]changed[/]     {h}")
         elif kind == "tuning":

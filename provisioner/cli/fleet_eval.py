@@ -14,20 +14,29 @@ from provisioner.ui import Reporter, print_json, stdout, table
 
 @command.command("eval")
 @_options
-@click.option("--suite", default="default", show_default=True,
-              help="Eval suite YAML (golden questions, tool use), or 'default' for the one edge-llm ships.")
+@click.option("--suite", default=None,
+              help="Eval suite YAML (golden questions, tool use), or 'default' (the one edge-llm ships; the default).")
 @click.option("--min-score", type=click.FloatRange(0, 1), default=None,
               help="Fail a board whose model scores below this (0..1).")
+@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path),
+              help="Take the suite and min score of this release manifest's verify.eval (the deploy gate's).")
 def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...], as_json: bool,
-             dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, suite: str,
-             min_score: float | None) -> None:
+             dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None, suite: str | None,
+             min_score: float | None, manifest: Path | None) -> None:
     """Ask every board's serving models the suite through their OpenAI API (fleet launch first) and score
     the answers: per board and model, per category, with the worst failures. With --report, the JSON and
     CSV of the scores go beside it (<name>.eval.json, <name>.eval.csv)."""
     from provisioner.eval.suite import load_suite
     from provisioner.fleet.shared.eval_report import run_eval
 
-    loaded = load_suite(suite)           # every mistake in the file, before any board is touched
+    gate = None
+    if manifest is not None:
+        from provisioner.manifest import load_manifest
+
+        gate = load_manifest(manifest).verify.eval
+    loaded = load_suite(suite) if suite or gate is None else gate.suite    # every mistake, before any board
+    if min_score is None and gate is not None:
+        min_score = gate.min_score
     rep = Reporter(quiet=as_json)
     rep.step(f"fleet eval: {inventory} with suite {loaded.name} ({len(loaded.cases)} cases)"
              + (f", min score {min_score:g}" if min_score is not None else ""))

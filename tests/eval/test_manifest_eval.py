@@ -62,3 +62,23 @@ def test_a_damaged_release_gate_is_one_line(tmp_path):
     with pytest.raises(FleetError, match=r"release.json: fleet.eval: .*min_score must be a number 0..1"):
         release_gate({"fleet": {"eval": {"suite": {"cases": [{"id": "a", "ask": "q", "expect": {"contains": "x"}}]},
                                          "min_score": "high"}}}, tmp_path / "release.json")
+
+
+def test_fleet_eval_takes_the_manifests_gate(tmp_path, monkeypatch):
+    """`fleet eval --manifest` asks the suite and applies the min score the deploy gate would."""
+    from provisioner.cli import main
+    from provisioner.fleet import eval_report
+
+    seen = {}
+
+    def fake_run(inventory, suite, min_score, **kw):
+        seen.update(suite=suite.name, min_score=min_score)
+        raise FleetError("stop here", "test")
+
+    monkeypatch.setattr(eval_report, "run_eval", fake_run)
+    (tmp_path / "inv.yml").write_text("all: {}\n")
+    m = _manifest(tmp_path, {"suite": "default", "min_score": 0.7})
+    assert main(["fleet", "eval", "-i", str(tmp_path / "inv.yml"), "--manifest", str(m)]) == 2
+    assert seen == {"suite": "edge-llm-default", "min_score": 0.7}
+    assert main(["fleet", "eval", "-i", str(tmp_path / "inv.yml"), "--manifest", str(m), "--min-score", "0.2"]) == 2
+    assert seen["min_score"] == 0.2
