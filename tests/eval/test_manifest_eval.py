@@ -67,7 +67,7 @@ def test_a_damaged_release_gate_is_one_line(tmp_path):
 def test_fleet_eval_takes_the_manifests_gate(tmp_path, monkeypatch):
     """`fleet eval --manifest` asks the suite and applies the min score the deploy gate would."""
     from provisioner.cli import main
-    from provisioner.fleet import eval_report
+    from provisioner.fleet.shared import eval_report
 
     seen = {}
 
