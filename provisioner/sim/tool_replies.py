@@ -115,9 +115,17 @@ def _words(text: str) -> set[str]:
 
 
 def _relevant(fns: list[dict[str, Any]], question: str) -> list[dict[str, Any]]:
+    """The tools a word of the question names (beside generic verbs), the best-fitting ones only: those
+    whose required arguments the question fills, then those whose description shares most words with it."""
     asked = _words(question)
-    return [f for f in fns if {w for w in f["name"].lower().replace("-", "_").split("_")
-                               if w and w not in _GENERIC_WORDS} & asked]
+    named = [f for f in fns if {w for w in f["name"].lower().replace("-", "_").split("_")
+                                if w and w not in _GENERIC_WORDS} & asked]
+
+    def rank(fn: dict[str, Any]) -> tuple[bool, int]:
+        filled = all(a is not None for c in _calls(fn, question, False) for a in c["missing"])
+        return filled, len(_words(str(fn.get("description") or "")) & asked)
+    best = max((rank(f) for f in named), default=None)
+    return [f for f in named if rank(f) == best]
 
 
 def _places(question: str) -> list[str]:
@@ -129,8 +137,13 @@ def _places(question: str) -> list[str]:
     return out
 
 
+_PLACE_WORDS = {"city", "location", "place", "country", "region", "town", "address", "destination", "origin"}
+_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b(?:today|tomorrow|yesterday)\b", re.I)
+
+
 def _value(name: str, spec: dict[str, Any], question: str, place: str | None) -> Any:
     kind = spec.get("type")
+    about = _words(name.replace("_", " ") + " " + str(spec.get("description") or ""))
     if isinstance(spec.get("enum"), list) and spec["enum"]:
         named = [e for e in spec["enum"] if str(e).lower() in question.lower()]
         return named[0] if named else None
@@ -140,7 +153,13 @@ def _value(name: str, spec: dict[str, Any], question: str, place: str | None) ->
     if kind == "boolean":
         return True
     if kind == "string" or kind is None:
-        return place
+        if about & _PLACE_WORDS:
+            return place
+        if about & {"date", "day"}:
+            m = _DATE.search(question)
+            return m.group(0) if m else None
+        quoted = re.findall(r'"([^"]+)"', question)
+        return quoted[0] if quoted else None
     return None
 
 
@@ -158,7 +177,10 @@ def _calls(fn: dict[str, Any], question: str, parallel: bool) -> list[dict[str, 
                 v = spec["enum"][0]
             if v is not None:
                 args[name] = v
-        out.append({"name": fn["name"], "args": args})
+        # a required argument the question does not give: the model makes one up (a wrong call)
+        missing = [args.setdefault(r, None) for r in required if r not in args]
+        args = {k: ("unknown" if v is None else v) for k, v in args.items()}
+        out.append({"name": fn["name"], "args": args, "missing": missing})
     return out
 
 

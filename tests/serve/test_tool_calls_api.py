@@ -248,3 +248,20 @@ def test_bad_response_formats_are_400_naming_response_format(start_board):
     assert "'pattern'" in exc.value.body["message"] and exc.value.body["code"] == "unsupported_schema"
     out = c.chat.completions.create(model=MODEL, messages=ask, response_format={"type": "text"})
     assert out.choices[0].message.content
+
+
+def test_the_bundles_chat_template_decides_the_tool_format(start_board, tmp_path):
+    """A bundle exported with its tokenizer_config.json carries the model's chat template: its call marker
+    names the format (here <tool_call>, Qwen's), over a serve config that says nothing or something else."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "genie_config.json").write_text(json.dumps({"dialog": {"type": "basic"}}))
+    template = "{% for m in messages %}{{ m.content }}{% if m.tool_calls %}<tool_call>{% endif %}{% endfor %}"
+    (bundle / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    board = start_board("genie", timings={"answers": 1}, model_dir=str(bundle), tool_format="llama3.1")
+    c = client(board)
+    assert c.models.retrieve(MODEL).model_extra["capabilities"]["tools"] is True
+    out = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather in Oslo now?"}],
+                                    tools=TOOLS)
+    assert json.loads(out.choices[0].message.tool_calls[0].function.arguments) == {"city": "Oslo"}
+    assert "tool calls; the config said llama3.1: using the bundle's" in board.log.read_text()
