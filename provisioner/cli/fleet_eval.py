@@ -34,7 +34,7 @@ def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tup
         from provisioner.manifest import load_manifest
 
         gate = load_manifest(manifest).verify.eval
-    loaded = load_suite(suite) if suite or gate is None else gate.suite    # every mistake, before any board
+    loaded = load_suite(suite or "default") if suite or gate is None else gate.suite   # mistakes before any board
     if min_score is None and gate is not None:
         min_score = gate.min_score
     rep = Reporter(quiet=as_json)
