@@ -19,7 +19,6 @@ Only rehearse.py imports this module (it may import the simulator, like rehearse
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from provisioner import context
 from provisioner.contracts import board as on_board
+from provisioner.contracts.release_document import OtaEntry, ReleaseDocument, read_release_json, write_release_json
 from provisioner.steps import Step
 
 if TYPE_CHECKING:
@@ -134,14 +134,14 @@ class OtaRehearsal:
         try:
             for lane in self.r.lanes:
                 release, commit = self.new[lane.manifest.release]
-                data = json.loads((release / "release.json").read_text(encoding="utf-8"))
-                ota = data["ota"]
+                doc = read_release_json(release)
+                ota = doc.ota_entry(release)
                 report = run_fleet(
                     "update-os", self.r.inventory, limit=group_name(lane.board.id),
                     extra_vars={**SIM_VARS, "edge_llm_update_os_repo_url": url,
-                                "edge_llm_update_os_branch": ota["branch"], "edge_llm_update_os_commit": commit,
+                                "edge_llm_update_os_branch": ota.branch, "edge_llm_update_os_commit": commit,
                                 "edge_llm_update_os_serial": 1, "edge_llm_update_os_max_fail_percentage": 100,
-                                "edge_llm_expected_build_id": data["release"]},
+                                "edge_llm_expected_build_id": doc.release},
                     report_path=self.dir / f"update-os-{lane.manifest.release}.json",
                     log_path=self.dir / f"update-os-{lane.manifest.release}.log")
                 for row in report.rows:
@@ -190,10 +190,9 @@ class OtaRehearsal:
         rel = self.dir / "releases" / release_id
         shutil.rmtree(rel, ignore_errors=True)
         rel.mkdir(parents=True)
-        ota = collect(tarball, rel, machine)
-        ota["kargs"] = ota_kargs(lane.manifest)            # as the build does
-        (rel / "release.json").write_text(json.dumps({"format": 1, "release": release_id, "board": lane.board.id,
-                                                      "ota": ota}, indent=2) + "\n", encoding="utf-8")
+        ota = OtaEntry.from_json({**collect(tarball, rel, machine), "kargs": ota_kargs(lane.manifest)},  # as the build
+                                 rel)
+        write_release_json(rel, ReleaseDocument(release=release_id, board=lane.board.id, ota=ota))
         return rel, commit
 
 

@@ -19,6 +19,9 @@ The rule, checked on every module (``ast``, module- and function-level imports a
   never depends on the simulator. ``sim`` may import foundations, catalog and data types, but not
   the station's or the fleet's logic it stands in for.
 
+A release folder's ``release.json`` is read and written only through its contract
+(``contracts.release_document``: one typed document, one reader, one writer, one schema).
+
 Every module also stays under 600 lines (the developers' rule), so it can be read in one sitting.
 
 ``KNOWN`` lists the imports that still break the rule, each with why it is there; the list may
@@ -149,6 +152,43 @@ def test_rule_catches_a_backward_import():
     assert _violation("plan", "artifacts.fetch")
     assert _violation("plan", "hashing") is None and _violation("contracts.release", "hashing") is None
     assert _violation("cli.sim", "sim.board") is None
+
+
+RELEASE_CONTRACT = ("provisioner.contracts.release", "provisioner.contracts.release_document")
+JSON_CALLS = {"load", "loads", "dump", "dumps"}
+
+
+def _release_json_offences(path: Path) -> list[str]:
+    """Where a module outside ``contracts`` handles a release folder's release.json itself: names the file
+    by a literal, or names it by the contract's ``RELEASE_JSON`` and parses or writes JSON."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    out = [f"line {n.lineno}: the literal 'release.json' (use the contract: read_release_json/write_release_json)"
+           for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == "release.json"]
+    names_file = any(isinstance(n, ast.ImportFrom) and n.module in RELEASE_CONTRACT
+                     and any(a.name == "RELEASE_JSON" for a in n.names) for n in ast.walk(tree))
+    if names_file:
+        out += [f"line {n.lineno}: json.{n.func.attr} in a module that names RELEASE_JSON"
+                for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and isinstance(n.func.value, ast.Name) and n.func.value.id == "json" and n.func.attr in JSON_CALLS]
+    return out
+
+
+def test_release_json_is_read_and_written_only_through_its_contract():
+    """One reader and one writer (contracts.release_document): the image stage, the station, the OTA
+    publisher, ``fleet update-os`` and the rehearsal all hold a ReleaseDocument, never a dict of their own."""
+    offences = [f"{path.relative_to(PKG.parent)}: {what}" for path in sorted(PKG.rglob("*.py"))
+                if not _module_name(path).startswith("contracts.")
+                for what in _release_json_offences(path)]
+    assert not offences, "release.json handled outside its contract:\n" + "\n".join(offences)
+
+
+def test_release_json_rule_catches_a_raw_reader(tmp_path):
+    raw = tmp_path / "raw.py"
+    raw.write_text('import json\ndata = json.loads(open("release.json").read())\n')
+    named = tmp_path / "named.py"
+    named.write_text("import json\nfrom provisioner.contracts.release import RELEASE_JSON\n"
+                     "def f(p):\n    return json.loads((p / RELEASE_JSON).read_text())\n")
+    assert _release_json_offences(raw) and _release_json_offences(named)
 
 
 MAX_MODULE_LINES = 600

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -167,22 +166,19 @@ def update_os_cmd(inventory: Path, limit: str | None, report: Path | None, extra
                   repo_url: str, serial: str, max_fail_percentage: int) -> None:
     """Whole-image OTA: pull the release's OSTree commit, reboot into it, health-gate, commit or roll back."""
     from provisioner.cli.fleet_eval import release_gate
+    from provisioner.contracts.release_document import RELEASE_JSON, read_release_json
     from provisioner.ota.commit import ota_target
 
     _check_serial(serial)
-    path = release / "release.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise FleetError(f"{path}: cannot read ({exc})", "pass --release with a release folder `build` wrote") from None
-    target = ota_target(data, path)
+    doc = read_release_json(release)
+    target = ota_target(doc, release / RELEASE_JSON)
     _run("update-os", inventory, limit, report, extra, as_json, dry_run, forks, timeout_s, log,
          extra_vars={"edge_llm_update_os_repo_url": repo_url, "edge_llm_update_os_branch": target.branch,
                      "edge_llm_update_os_commit": target.commit, "edge_llm_update_os_board": target.board,
                      "edge_llm_update_os_kargs": list(target.kargs),
                      "edge_llm_update_os_serial": serial,
                      "edge_llm_update_os_max_fail_percentage": max_fail_percentage,
-                     "edge_llm_expected_build_id": target.build_id, **release_gate(data, path)})
+                     "edge_llm_expected_build_id": target.build_id, **release_gate(doc, release / RELEASE_JSON)})
 
 
 def _check_serial(serial: str) -> None:

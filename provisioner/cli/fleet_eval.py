@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from provisioner.cli.fleet import Progress, _fail_unless_all_pass, _options, command
+from provisioner.contracts.release_document import ReleaseDocument
 from provisioner.ui import Reporter, print_json, stdout, table
 
 
@@ -74,13 +75,12 @@ def manifest_gate(manifest: Path | None) -> dict[str, Any]:
     return eval_vars(gate.suite, gate.min_score) if gate else {}
 
 
-def release_gate(data: dict[str, Any], where: Path) -> dict[str, Any]:
+def release_gate(doc: ReleaseDocument, where: Path) -> dict[str, Any]:
     """The extra variables of a release's ``fleet.eval`` (its manifest's verify.eval), validated here."""
-    from provisioner.contracts.release import fleet_eval
     from provisioner.errors import FleetError
     from provisioner.fleet.eval import eval_vars, from_vars
 
-    raw = fleet_eval(data)
+    raw = doc.eval_gate
     if raw is None:
         return {}
     try:

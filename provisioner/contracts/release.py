@@ -10,13 +10,8 @@ format lives in one place. A release is one folder::
       flash/<image>-<machine>/  the unpacked qcomflash bundle
       logs/build.log
 
-``release.json`` (``format`` 1) holds: ``release``, ``board``, ``machine``, ``qli``, ``image``,
-``qairt`` (the pinned builds), ``runtimes``, ``models`` (one :class:`ReleaseModel` each: runtime,
-chat template, file, pins and the verify floors, so station and fleet never read the manifest),
-``bundle`` (folder relative to the release), ``artifacts`` (sha256 and size of *every* bundle file,
-paths relative to the bundle folder, so a station proves before touching a board that it flashes
-what the build produced), ``layers`` (repo -> commit), ``build``, ``simulated``, ``written`` and,
-for OSTree OTA, ``ota`` (its fields are :mod:`provisioner.ota`'s contract).
+``release.json`` is the typed document of :mod:`provisioner.contracts.release_document` (its schema,
+its one reader and its one writer); this module opens the folder around it and the bundle it names.
 
 :func:`load_release` accepts three things a station operator may hold: a release folder, a bare
 bundle folder (``<image>-<machine>/`` with rawprogram XML), or the ``.qcomflash.tar.gz`` that
@@ -26,39 +21,37 @@ escape, no device files) because a flash bundle often arrives from another machi
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
 from provisioner.contracts import inventory
+from provisioner.contracts.release_document import (  # noqa: F401 - the contract's names, re-exported here
+    FORMAT,
+    MODEL_KINDS,
+    OTA_KINDS,
+    RELEASE_JSON,
+    RUNTIMES,
+    Artifact,
+    FleetPolicy,
+    OtaEntry,
+    ReleaseDocument,
+    ReleaseModel,
+    read_release_json,
+    write_release_json,
+)
 from provisioner.errors import ArtifactError
 from provisioner.hashing import sha256_file
 
-FORMAT = 1
-RELEASE_JSON = "release.json"
-#: ``image.ota`` values a manifest may ask for, and ``ota.kind`` in release.json (provisioner.ota).
-OTA_KINDS = ("ostree",)
-#: the runtimes a release may ship, and the runtime each model kind runs on
-RUNTIMES = ("litert_lm", "genie")
-MODEL_KINDS = {"litertlm": "litert_lm", "genie": "genie"}
 #: What meta-updater's sota.bbclass (uptane/meta-updater @ f0e1ccaf) adds to IMAGE_FSTYPES with
 #: BUILD_OSTREE_REPO_TARBALL = "1"; bitbake names the file ``<IMAGE_LINK_NAME>.ostreecommit.tar.xz``.
 OSTREE_TARBALL_SUFFIX = ".ostreecommit.tar.xz"
-
-
-def fleet_eval(data: Mapping[str, Any]) -> Any:  # noqa: ANN401 - see Release.eval_gate
-    """release.json's ``fleet.eval`` (the eval gate of fleet deploy / update-os), or None."""
-    fleet = data.get("fleet") if isinstance(data, Mapping) else None
-    return fleet.get("eval") if isinstance(fleet, Mapping) else None
 
 
 def ostree_tarball_name(image: str, machine: str) -> str:
@@ -69,112 +62,74 @@ def ostree_tarball_name(image: str, machine: str) -> str:
 TARBALL_SUFFIX = ".qcomflash.tar.gz"
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """One bundle file: path relative to the bundle folder, sha256, size in bytes."""
-
-    path: str
-    sha256: str
-    size: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "size": self.size}
-
-
-@dataclass(frozen=True)
-class ReleaseModel:
-    """One entry of release.json ``models``: what a board must serve and the floors it must meet.
-
-    ``version`` names the on-board version folder; ``min_decode_tok_s``/``max_ttft_s`` are the
-    verify floors the manifest's threshold rule gave at build time (None: no reference figure).
-    """
-
-    name: str
-    kind: str
-    runtime: str
-    qairt: str
-    chat_template: str
-    file: str | None
-    sha256: str | None
-    size: int | None
-    version: str
-    min_decode_tok_s: float | None = None
-    max_ttft_s: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> ReleaseModel:
-        """A model entry as written; unknown keys are ignored so a newer writer's extras do not break readers."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in names})
-
-
 @dataclass
 class Release:
     """A loaded release (or a bare bundle seen as one).
 
-    ``root`` is the release folder, or ``None`` when only a bundle was given. ``data`` is the
-    parsed ``release.json`` (for a bare bundle: what could be inferred, with ``artifacts``
-    computed from the files). ``tmpdir`` is set when a tarball was extracted to a temporary
-    folder; :meth:`close` (or ``with``) removes it.
+    ``root`` is the release folder, or ``None`` when only a bundle was given. ``doc`` is its
+    ``release.json`` (for a bare bundle: what could be inferred, with ``artifacts`` computed from the
+    files). ``tmpdir`` is set when a tarball was extracted to a temporary folder; :meth:`close` (or
+    ``with``) removes it.
     """
 
     bundle_dir: Path
-    data: dict[str, Any]
+    doc: ReleaseDocument
     root: Path | None = None
     tmpdir: Path | None = None
-    artifacts: list[Artifact] = field(default_factory=list)
 
     # -- convenience views -------------------------------------------------------------
     @property
     def id(self) -> str | None:
-        return self.data.get("release")
+        return self.doc.release
 
     @property
     def board(self) -> str | None:
-        return self.data.get("board")
+        return self.doc.board
 
     @property
     def machine(self) -> str | None:
-        return self.data.get("machine")
+        return self.doc.machine
 
     @property
     def image(self) -> str | None:
-        return self.data.get("image")
+        return self.doc.image
 
     @property
     def simulated(self) -> bool:
-        return bool(self.data.get("simulated", False))
+        return self.doc.simulated
+
+    @property
+    def artifacts(self) -> list[Artifact]:
+        return list(self.doc.artifacts)
 
     @property
     def models(self) -> list[dict[str, Any]]:
-        return list(self.data.get("models", []))
+        """``models`` as JSON objects (the shape the inventory's ``edge_llm_models`` takes them in)."""
+        return [m.to_json() for m in self.doc.models]
 
     @property
     def hostname_rule(self) -> str:
         """The manifest's rule for a board's fleet host name (release.json ``fleet.hostname``)."""
-        return str((self.data.get("fleet") or {}).get("hostname") or inventory.DEFAULT_HOSTNAME_RULE)
+        return (self.doc.fleet and self.doc.fleet.hostname) or inventory.DEFAULT_HOSTNAME_RULE
 
     @property
     def baseline_max_drop(self) -> float:
         """How far below its factory baseline a board may run (release.json ``fleet.baseline_max_drop``)."""
-        v = (self.data.get("fleet") or {}).get("baseline_max_drop")
-        return float(v) if isinstance(v, int | float) and 0 < v < 1 else inventory.DEFAULT_BASELINE_MAX_DROP
+        v = self.doc.fleet.baseline_max_drop if self.doc.fleet else None
+        return v if v is not None and 0 < v < 1 else inventory.DEFAULT_BASELINE_MAX_DROP
 
     @property
-    def eval_gate(self) -> Any:  # noqa: ANN401 - validated by provisioner.fleet.eval.from_vars
+    def eval_gate(self) -> dict[str, Any] | None:
         """The manifest's ``verify.eval`` (release.json ``fleet.eval``: suite data, source, min_score), or None."""
-        return fleet_eval(self.data)
+        return self.doc.eval_gate
 
     def model_entries(self) -> list[ReleaseModel]:
         """``models`` as typed entries (see :class:`ReleaseModel`)."""
-        return [ReleaseModel.from_dict(m) for m in self.models]
+        return list(self.doc.models)
 
     @property
     def layers(self) -> dict[str, str]:
-        return dict(self.data.get("layers", {}))
+        return dict(self.doc.layers)
 
     def path(self, relative: str) -> Path:
         """Absolute path of a bundle file named as in ``artifacts``."""
@@ -192,7 +147,7 @@ class Release:
         problems: list[str] = []
         listed = set()
         inside = self.bundle_dir.resolve()
-        for art in self.artifacts:
+        for art in self.doc.artifacts:
             listed.add(art.path)
             p = self.bundle_dir / art.path
             if not is_within(inside, p.resolve()):       # absolute, '..' or a link out: never read it
@@ -218,7 +173,7 @@ class Release:
         return problems
 
     def as_dict(self) -> dict[str, Any]:
-        out = dict(self.data)
+        out = self.doc.to_json()
         out["bundle_dir"] = str(self.bundle_dir)
         out["root"] = str(self.root) if self.root else None
         return out
@@ -368,32 +323,6 @@ def split_bundle_name(name: str) -> tuple[str | None, str | None, str | None]:
     return None, None, None
 
 
-def _parse_artifacts(raw: Any, where: Path) -> list[Artifact]:
-    out = []
-    if not isinstance(raw, list):
-        raise ArtifactError(f"{where}: 'artifacts' must be a list", "rebuild the release with `provisioner build`")
-    for i, a in enumerate(raw):
-        try:
-            out.append(Artifact(str(a["path"]), str(a["sha256"]), int(a["size"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArtifactError(f"{where}: artifacts[{i}] is malformed ({exc})",
-                                "rebuild the release with `provisioner build`") from exc
-    return out
-
-
-def _read_release_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: unreadable release.json ({exc})",
-                            "rebuild the release or restore the file") from exc
-    fmt = data.get("format") if isinstance(data, dict) else None
-    if fmt != FORMAT:
-        raise ArtifactError(f"{path}: unsupported release.json format {fmt!r}",
-                            f"expected format {FORMAT}; rebuild with this provisioner")
-    return data
-
-
 def load_release(path: str | Path, *, extract_dir: Path | None = None, hash_files: bool = True) -> Release:
     """Open a release folder, a bundle folder or a ``.qcomflash.tar.gz``.
 
@@ -432,13 +361,12 @@ def load_release(path: str | Path, *, extract_dir: Path | None = None, hash_file
         rel.tmpdir = tmp
         return rel
     if (p / RELEASE_JSON).is_file():
-        data = _read_release_json(p / RELEASE_JSON)
-        bundle = (p / str(data.get("bundle", ""))).resolve()
+        doc = read_release_json(p)
+        bundle = (p / (doc.bundle or "")).resolve()
         if not is_within(p, bundle) or not bundle.is_dir():
-            raise ArtifactError(f"{p}: bundle folder '{data.get('bundle')}' named in release.json is missing",
+            raise ArtifactError(f"{p}: bundle folder '{doc.bundle}' named in release.json is missing",
                                 "copy the whole release folder, including flash/")
-        return Release(bundle_dir=bundle, data=data, root=p,
-                       artifacts=_parse_artifacts(data.get("artifacts", []), p / RELEASE_JSON))
+        return Release(bundle_dir=bundle, doc=doc, root=p)
     # a bundle folder, possibly inside a release
     parent_release = p.parent.parent
     if p.parent.name == "flash" and (parent_release / RELEASE_JSON).is_file():
@@ -458,9 +386,5 @@ def _bare_release(bundle: Path, origin: Path, *, hash_files: bool = True) -> Rel
         image, machine, board = split_bundle_name(origin.name)
     artifacts = hash_bundle(bundle) if hash_files else [
         Artifact(rel, "", (bundle / rel).stat().st_size) for rel in _bundle_files(bundle)]
-    data = {
-        "format": FORMAT, "release": None, "board": board, "machine": machine, "image": image,
-        "qairt": [], "runtimes": [], "models": [], "bundle": bundle.name,
-        "artifacts": [a.as_dict() for a in artifacts], "layers": {}, "build": None, "simulated": False,
-    }
-    return Release(bundle_dir=bundle, data=data, root=None, artifacts=artifacts)
+    doc = ReleaseDocument(board=board, machine=machine, image=image, bundle=bundle.name, artifacts=tuple(artifacts))
+    return Release(bundle_dir=bundle, doc=doc, root=None)

@@ -7,7 +7,6 @@ flash bundle, kas files and log.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -26,7 +25,10 @@ from provisioner.contracts.release import (  # noqa: F401 - re-exported for the 
     RELEASE_JSON,
     TARBALL_SUFFIX,
     Artifact,
+    FleetPolicy,
+    OtaEntry,
     Release,
+    ReleaseDocument,
     ReleaseModel,
     bundle_in,
     hash_bundle,
@@ -34,12 +36,13 @@ from provisioner.contracts.release import (  # noqa: F401 - re-exported for the 
     safe_extract,
     split_bundle_name,
     tree_digest,
+    write_release_json,
 )
 from provisioner.errors import ArtifactError, UserError
 from provisioner.hashing import sha256_file
 
-# (ostreecommit tarball, release staging dir, machine) -> release.json "ota" (provisioner.ota.commit.collect)
-OtaCollector = Callable[[Path, Path, str], dict[str, Any]]
+# (ostreecommit tarball, release staging dir, machine) -> release.json "ota" as JSON (provisioner.ota.commit.collect)
+OtaCollector = Callable[[Path, Path, str], Mapping[str, Any]]
 
 # -- writing -------------------------------------------------------------------------------
 
@@ -68,7 +71,7 @@ def ota_kargs(manifest: Any) -> list[str]:
     return [f"qcom_scm.download_mode={int(manifest.image.download_mode)}"]
 
 
-def _model_entries(manifest: Any) -> list[dict[str, Any]]:
+def _model_entries(manifest: Any) -> tuple[ReleaseModel, ...]:
     """Model records for release.json: sha256/size from the manifest, else computed from the local file."""
     out = []
     for m in manifest.models:
@@ -87,8 +90,8 @@ def _model_entries(manifest: Any) -> list[dict[str, Any]]:
             version=on_board.model_version_id(sha, manifest.release),
             # the verify floors travel with the release, so station and fleet never read the manifest
             min_decode_tok_s=manifest.min_decode_tok_s(m), max_ttft_s=manifest.max_ttft_s(m),
-        ).as_dict())
-    return out
+        ))
+    return tuple(out)
 
 
 def _place_bundle(bundle: Path, flash_dir: Path) -> Path:
@@ -164,38 +167,38 @@ def write_release(
         build: dict[str, Any] = {"host": socket.gethostname(), "started": None, "duration_s": None, "sstate": None}
         if build_info:
             build.update(dict(build_info))
-        data = {
-            "format": FORMAT,
-            "release": release_id,
-            "board": manifest.board.id,
-            "machine": manifest.board.kas_machine,
-            "qli": manifest.qli,
-            "image": image,
-            "qairt": list(manifest.qairt),
-            "runtimes": list(manifest.runtimes),
-            "models": _model_entries(manifest),
-            "bundle": bundle.relative_to(staging).as_posix(),
-            "artifacts": [a.as_dict() for a in artifacts],
-            "layers": dict(layers) if layers is not None else layers_from_lock(
-                p for p in copied if p.name.endswith((".lock.yml", ".lock.yaml"))),
-            "build": build,
-            "simulated": bool(simulated),
-            # what the station and the fleet need of the manifest beyond models: the host name rule and
-            # how far a board may fall below its factory baseline
-            "fleet": {"hostname": manifest.hostname, "baseline_max_drop": manifest.verify.baseline_max_drop,
-                      **release_eval(manifest)},
-            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
         if machine and machine != manifest.board.kas_machine:
             raise ArtifactError(f"{bundle_dir}: bundle is for machine '{machine}' but the manifest board is "
                                 f"{manifest.board.id} ({manifest.board.kas_machine})",
                                 "collect the bundle built for this manifest's board")
+        ota_entry = None
         if ota is not None:
             tarball, collector = ota
-            data["ota"] = collector(Path(tarball), staging, manifest.board.kas_machine)
-            # the kernel arguments an update must carry (provisioner.ota.commit.OtaTarget.kargs says why)
-            data["ota"]["kargs"] = ota_kargs(manifest)
-        _atomic_write_json(staging / RELEASE_JSON, data)
+            collected = collector(Path(tarball), staging, manifest.board.kas_machine)
+            # the kernel arguments an update must carry (OtaEntry says why)
+            ota_entry = OtaEntry.from_json({**collected, "kargs": ota_kargs(manifest)}, staging / RELEASE_JSON)
+        write_release_json(staging, ReleaseDocument(
+            release=release_id,
+            board=manifest.board.id,
+            machine=manifest.board.kas_machine,
+            qli=manifest.qli,
+            image=image,
+            qairt=tuple(manifest.qairt),
+            runtimes=tuple(manifest.runtimes),
+            models=_model_entries(manifest),
+            bundle=bundle.relative_to(staging).as_posix(),
+            artifacts=tuple(artifacts),
+            layers=dict(layers) if layers is not None else layers_from_lock(
+                p for p in copied if p.name.endswith((".lock.yml", ".lock.yaml"))),
+            build=build,
+            simulated=bool(simulated),
+            # what the station and the fleet need of the manifest beyond models: the host name rule and
+            # how far a board may fall below its factory baseline
+            fleet=FleetPolicy(hostname=manifest.hostname, baseline_max_drop=manifest.verify.baseline_max_drop,
+                              eval=release_eval(manifest).get("eval")),
+            written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            ota=ota_entry,
+        ))
         _swap_into_place(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -210,16 +213,6 @@ def release_eval(manifest: Any) -> dict[str, Any]:  # noqa: ANN401 - a Manifest,
     if gate is None:
         return {}
     return {"eval": {"suite": gate.suite.raw, "source": gate.suite.source, "min_score": gate.min_score}}
-
-
-def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _swap_into_place(staging: Path, final: Path) -> None:

@@ -33,8 +33,9 @@ release.json (written by ``build``; the simulator writes the same)::
       "content_size": <bytes of the commit's regular files, uncompressed>
     }
 
-Absent (or ``null``) when the manifest has no ``image.ota``. Read it only through
-:func:`provisioner.ota.commit.release_ota`.
+plus ``kargs``, the kernel arguments an update carries. Absent when the manifest has no ``image.ota``.
+Its type and checks are :class:`provisioner.contracts.release_document.OtaEntry` (read it only as
+``ReleaseDocument.ota``).
 
 The published repository (``provisioner ota publish RELEASE --repo DIR``): DIR is an OSTree
 ``archive`` repository made of static files; serve DIR itself at any URL (``ostree remote add NAME

@@ -12,39 +12,22 @@ import re
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
 from provisioner.contracts.release import check_member_name, extract_checked
+from provisioner.contracts.release_document import (  # noqa: F401 - the entry's shapes, used by OTA callers
+    COMMIT_RE,
+    KARG_RE,
+    REF_RE,
+    OtaEntry,
+    ReleaseDocument,
+)
 from provisioner.errors import ArtifactError
-from provisioner.hashing import SHA256_RE, sha256_file
-from provisioner.ota import OTA_KINDS, TARBALL_PATH, ostree
-
-#: a commit id: a sha256 in lowercase hex (ostree-core.c ostree_validate_structureof_checksum_string)
-COMMIT_RE = SHA256_RE
-
-
-@dataclass(frozen=True)
-class OtaCommit:
-    """One release's OSTree commit as release.json records it (the contract in :mod:`provisioner.ota`)."""
-
-    commit: str
-    branch: str
-    size: int
-    sha256: str
-    content_size: int
-    version: str | None
-    subject: str
-    tarball: str = TARBALL_PATH
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": "ostree", "tarball": self.tarball, "sha256": self.sha256, "size": self.size,
-                "branch": self.branch, "commit": self.commit, "version": self.version, "subject": self.subject,
-                "content_size": self.content_size}
-
+from provisioner.hashing import sha256_file
+from provisioner.ota import TARBALL_PATH, ostree
 
 #: How much larger than its tarball an ostreecommit repo may unpack. An archive-mode repo stores every file
 #: object zlib-compressed (ostree docs, "Repository types and locations": archive), so xz gains little on
@@ -116,7 +99,7 @@ def branch_commit(repo: Path, machine: str, tarball: Path) -> tuple[str, str]:
     return branch, commit
 
 
-def read_tarball(tarball: Path, machine: str) -> OtaCommit:
+def read_tarball(tarball: Path, machine: str) -> OtaEntry:
     """Read commit id, branch, subject, version and sizes from an ostreecommit tarball."""
     with tempfile.TemporaryDirectory(prefix="edge-llm-ostree-") as tmp:
         repo = extract_repo(tarball, Path(tmp))
@@ -124,25 +107,23 @@ def read_tarball(tarball: Path, machine: str) -> OtaCommit:
         if ostree.rev_parse(repo, commit) is None:
             raise ArtifactError(f"{tarball}: refs/heads/{branch} names {commit[:12]}, which is not in the repo",
                                 "the tarball is incomplete; re-copy it from the build's deploy folder")
-        return OtaCommit(commit=commit, branch=branch, size=tarball.stat().st_size, sha256=sha256_file(tarball),
-                         content_size=ostree.content_size(repo, commit), version=ostree.commit_version(repo, commit),
-                         subject=ostree.commit_subject(repo, commit))
+        return OtaEntry(kind="ostree", tarball=TARBALL_PATH, commit=commit, branch=branch,
+                        size=tarball.stat().st_size, sha256=sha256_file(tarball),
+                        content_size=ostree.content_size(repo, commit), version=ostree.commit_version(repo, commit),
+                        subject=ostree.commit_subject(repo, commit))
 
 
 def collect(tarball: Path, release_dir: Path, machine: str) -> dict[str, Any]:
-    """Copy the tarball to ``<release>/ostree/`` and return release.json's ``ota`` entry."""
+    """Copy the tarball to ``<release>/ostree/`` and return release.json's ``ota`` entry as JSON."""
     info = read_tarball(tarball, machine)
     dest = release_dir / TARBALL_PATH
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     shutil.copyfile(tarball, part)
     part.replace(dest)
-    return info.as_dict()
+    return info.to_json()
 
 
-#: a ref: OSTREE_REF_REGEXP of ostree's src/libostree/ostree-core.c ("(?:[-._\\w\\d]+/)*[-._\\w\\d]+"), ASCII
-#: only and without "." or ".." components (that regexp admits them; a ref is also a path under refs/heads)
-REF_RE = re.compile(r"^(?!(?:.*/)?\.\.?(?:/|$))(?:[-._A-Za-z0-9]+/)*[-._A-Za-z0-9]+$")
 #: the release id, as the manifest allows it (it becomes BUILD_ID in /etc/os-release)
 RELEASE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 
@@ -159,61 +140,22 @@ class OtaTarget:
     branch: str
     board: str
     build_id: str
-    #: kernel arguments NAME=VALUE the release sets: ``OSTREE_KERNEL_ARGS`` reach the first deployment only
-    #: (meta-updater @ f0e1ccaf classes/image_types_ota.bbclass:82-95), and ``ostree admin deploy`` copies the
-    #: running deployment's arguments unless given ``--karg`` (ostree v2026.1 src/ostree/ot-admin-builtin-deploy.c:
-    #: 169-200), so a release that changes one (download_mode, sota_qcom.bbclass:12 KERNEL_CMDLINE_EXTRA) must
-    #: carry it to update-os
+    #: the kernel arguments the release sets (:class:`OtaEntry` says why update-os carries them)
     kargs: tuple[str, ...] = ()
-
-
-#: one kernel argument update-os may set: NAME=VALUE, nothing a shell or the BLS options line would split
-KARG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}=[A-Za-z0-9_.,:/+=-]{0,200}$")
 
 
 def _bad(where: Path, what: str) -> ArtifactError:
     return ArtifactError(f"{where}: release.json {what}", "rebuild the release with `provisioner build`")
 
 
-def release_ota(data: Mapping[str, Any], where: Path) -> dict[str, Any]:
-    """release.json's ``ota`` entry, checked by type; a release without one is a one-line error."""
-    if not isinstance(data, Mapping):
-        raise _bad(where, f"is not a JSON object (a {type(data).__name__})")
-    ota = data.get("ota")
-    if not ota:
-        raise ArtifactError(f"{where}: release has no OSTree commit (release.json has no 'ota')",
-                            "set image.ota: ostree in the manifest and build again")
-    if not isinstance(ota, Mapping) or ota.get("kind") not in OTA_KINDS:
-        raise ArtifactError(f"{where}: release.json 'ota' is not an OSTree entry ({ota!r:.80})",
-                            "rebuild the release with this provisioner")
-    for key in ("tarball", "commit", "branch", "sha256"):
-        if not isinstance(ota.get(key), str) or not ota[key]:
-            raise ArtifactError(f"{where}: release.json 'ota' has no {key}", "rebuild the release")
-    if not COMMIT_RE.match(ota["commit"]):
-        raise _bad(where, f"'ota.commit' is not an OSTree commit id (64 hex digits): {ota['commit']!r:.80}")
-    if not REF_RE.match(ota["branch"]) or len(ota["branch"]) > 255:
-        raise _bad(where, f"'ota.branch' is not an OSTree ref name: {ota['branch']!r:.80}")
-    if not SHA256_RE.match(ota["sha256"]):
-        raise _bad(where, f"'ota.sha256' is not a sha256 (64 hex digits): {ota['sha256']!r:.80}")
-    tarball = PurePosixPath(ota["tarball"])
-    if tarball.is_absolute() or ".." in tarball.parts:
-        raise _bad(where, f"'ota.tarball' leaves the release folder: {ota['tarball']!r:.80}")
-    for key in ("size", "content_size"):
-        if key in ota and (isinstance(ota[key], bool) or not isinstance(ota[key], int) or ota[key] < 0):
-            raise _bad(where, f"'ota.{key}' is not a size in bytes: {ota[key]!r:.40}")
-    return dict(ota)
-
-
-def ota_target(data: Mapping[str, Any], where: Path) -> OtaTarget:
-    """Commit, branch, board and BUILD_ID of a release, each checked by type (see :class:`OtaTarget`)."""
-    ota = release_ota(data, where)
-    board = data.get("board")
+def ota_target(doc: ReleaseDocument, where: Path) -> OtaTarget:
+    """Commit, branch, board and BUILD_ID of a release whose ``ota`` the contract checked, plus what only
+    update-os asks: a board this tool knows and a release id the manifest would allow."""
+    ota = doc.ota_entry(where)
+    board = doc.board
     if not isinstance(board, str) or board not in catalog.boards():
         raise _bad(where, f"'board' is not a board this tool knows: {board!r:.80}")
-    build_id = data.get("release")
+    build_id = doc.release
     if not isinstance(build_id, str) or not RELEASE_ID_RE.match(build_id):
         raise _bad(where, f"'release' is not a release id (lowercase letters, digits, . _ -): {build_id!r:.80}")
-    kargs = ota.get("kargs", [])
-    if not isinstance(kargs, list) or not all(isinstance(a, str) and KARG_RE.match(a) for a in kargs):
-        raise _bad(where, f"'ota.kargs' is not a list of NAME=VALUE kernel arguments: {kargs!r:.80}")
-    return OtaTarget(commit=ota["commit"], branch=ota["branch"], board=board, build_id=build_id, kargs=tuple(kargs))
+    return OtaTarget(commit=ota.commit, branch=ota.branch, board=board, build_id=build_id, kargs=ota.kargs)

@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.contracts.release import RELEASE_JSON
+from provisioner.contracts.release_document import OtaEntry, read_release_json
 from provisioner.errors import ArtifactError, UserError
 from provisioner.hashing import sha256_file
 from provisioner.ota import INDEX_FILE, RELEASE_REF_PREFIX, ostree
-from provisioner.ota.commit import extract_repo, release_ota
+from provisioner.ota.commit import extract_repo
 from provisioner.ota.secrets import find_secrets
 
 #: The signature types the board's ostree verifies, as QLI 2.0 builds it (module docstring): none.
@@ -83,21 +83,15 @@ class PublishResult:
         return out
 
 
-def _load(release_dir: Path) -> tuple[str, dict[str, Any], Path]:
-    path = release_dir / RELEASE_JSON
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"{release_dir}: no {RELEASE_JSON}", "give the release folder `build` wrote") from exc
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{path}: unreadable ({exc})", "rebuild the release") from exc
-    ota = release_ota(data, path)
-    tarball = release_dir / ota["tarball"]
+def _load(release_dir: Path) -> tuple[str, OtaEntry, Path]:
+    doc = read_release_json(release_dir)
+    ota = doc.ota_entry(release_dir)
+    tarball = release_dir / ota.tarball
     if not tarball.is_file():
         raise ArtifactError(f"{tarball}: missing", "copy the whole release folder, ostree/ included")
-    if sha256_file(tarball) != ota["sha256"]:
+    if sha256_file(tarball) != ota.sha256:
         raise ArtifactError(f"{tarball}: sha256 differs from release.json", "re-copy it from the build host")
-    return str(data.get("release") or release_dir.name), ota, tarball
+    return str(doc.release or release_dir.name), ota, tarball
 
 
 def init_repo(repo: Path, env: ostree.Env = None) -> None:
@@ -217,7 +211,7 @@ def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg
     if ed25519_key_file and not ed25519_key_file.is_file():
         raise UserError(f"--ed25519-key-file {ed25519_key_file}: no such file", "give the key file's path")
     release, ota, tarball = _load(release_dir)
-    commit, branch = ota["commit"], ota["branch"]
+    commit, branch = ota.commit, ota.branch
     with tempfile.TemporaryDirectory(prefix="edge-llm-ota-import-") as tmp:
         # the commit is read before the repository is touched: once an object is in DIR, anyone can fetch it
         src = extract_repo(tarball, Path(tmp))

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from provisioner.cli.fleet_eval import release_gate
+from provisioner.contracts.release_document import FleetPolicy, ReleaseDocument
 from provisioner.errors import FleetError, ManifestError
 from provisioner.fleet.eval import VAR, from_vars
 from provisioner.image.release import release_eval
@@ -36,9 +37,9 @@ def test_eval_gate_with_the_default_suite_reaches_release_json_and_the_fleet(tmp
     written = release_eval(m)["eval"]
     suite, min_score = from_vars(written)
     assert min_score == 0.8 and suite.name == "edge-llm-default" and len(suite.cases) == len(m.verify.eval.suite.cases)
-    ev = release_gate({"fleet": {"eval": written}}, tmp_path / "release.json")
+    ev = release_gate(ReleaseDocument(fleet=FleetPolicy(eval=written)), tmp_path / "release.json")
     assert ev[VAR]["min_score"] == 0.8 and ev[VAR]["suite"]["cases"]
-    assert release_gate({"fleet": {}}, tmp_path / "release.json") == {}
+    assert release_gate(ReleaseDocument(fleet=FleetPolicy()), tmp_path / "release.json") == {}
 
 
 def test_a_suite_beside_the_manifest_is_read_relative_to_it(tmp_path):
@@ -60,8 +61,9 @@ def test_each_mistake_is_a_located_problem(tmp_path):
 
 def test_a_damaged_release_gate_is_one_line(tmp_path):
     with pytest.raises(FleetError, match=r"release.json: fleet.eval: .*min_score must be a number 0..1"):
-        release_gate({"fleet": {"eval": {"suite": {"cases": [{"id": "a", "ask": "q", "expect": {"contains": "x"}}]},
-                                         "min_score": "high"}}}, tmp_path / "release.json")
+        release_gate(ReleaseDocument.from_json({"format": 1, "fleet": {"eval": {
+            "suite": {"cases": [{"id": "a", "ask": "q", "expect": {"contains": "x"}}]}, "min_score": "high"}}},
+            tmp_path / "release.json"), tmp_path / "release.json")
 
 
 def test_fleet_eval_takes_the_manifests_gate(tmp_path, monkeypatch):
