@@ -47,8 +47,12 @@ class Progress:
 
             payload = next(iter(payloads_of(ev)), {})
             if status in ("failed", "unreachable") and not ev.get("ignored"):
-                msg = " ".join(str(ev.get("msg") or "").split())[:200]
-                self.rep.info(f"  [red]{status:11}[/] {h}: {msg}")
+                from provisioner.fleet.shared.report import terminal_text
+
+                # a failure's message can quote the board (a model's answer, a runtime's log): no markup, no
+                # control characters reach the terminal
+                msg = terminal_text(" ".join(str(ev.get("msg") or "").split()), 200)
+                self.rep.info(f"  [red]{status:11}[/] {terminal_text(h)}: {msg}")
             elif payload.get("kind") in ("verify", "benchmark"):
                 figs = ", ".join(f"{m} {f.get('decode_tok_s')} tok/s" for m, f in (payload.get("models") or {}).items())
                 self.rep.info(f"  [green]ok[/]          {h}: {figs or 'checks passed'}")

@@ -29,6 +29,7 @@ def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tup
     CSV of the scores go beside it (<name>.eval.json, <name>.eval.csv)."""
     from provisioner.eval.suite import load_suite
     from provisioner.fleet.shared.eval_report import run_eval
+    from provisioner.fleet.shared.report import visible_text
 
     gate = None
     if manifest is not None:
@@ -58,7 +59,7 @@ def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tup
                 stdout.print(f"  {line}", markup=False, highlight=False)
         for r in result.fleet.rows:
             if r.verdict != "pass":
-                stdout.print(f"{r.board}: {r.verdict}: {r.reason}", markup=False, highlight=False)
+                stdout.print(visible_text(f"{r.board}: {r.verdict}: {r.reason}", 600), markup=False, highlight=False)
         if report:
             rep.info(f"report: {report} (scores beside it: .eval.json, .eval.csv)")
     _fail_unless_all_pass("eval", result.fleet.rows, report)
