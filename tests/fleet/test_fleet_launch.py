@@ -124,6 +124,35 @@ def test_openai_tool_loop_and_json_schema_on_the_genie_board(launched):
     assert json.loads(out.choices[0].message.content) == {"city": "Lisbon"}
 
 
+def test_tools_and_json_schema_on_the_litert_board_never_pass_off_an_unchecked_answer(launched):
+    """The IQ-8275's service on Google's real runtime (the tiny random-weight model): it says what it
+    offers, takes an agent loop's second turn, and a json_schema answer the model cannot write is a 500
+    the client sees, with the model's words, after one retry; never a 200 with text that is not JSON."""
+    import openai
+    fleet, ports, _ = launched
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{ports['srv-8275']}/v1", api_key=_token(fleet, "srv-8275"),
+                      max_retries=0, timeout=120)
+    caps = c.models.retrieve("gemma-4-e2b").model_extra["capabilities"]
+    assert caps["json_schema"] is True and caps["grammar"] is False
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    msgs = [{"role": "user", "content": "What's the weather in Lisbon?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": '{"city": "Lisbon"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "rain, 14 C"}]
+    if caps["tools"]:
+        out = c.chat.completions.create(model="gemma-4-e2b", messages=msgs, tools=tools, max_tokens=8)
+        assert out.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    with pytest.raises(openai.InternalServerError) as exc:    # random weights write no JSON
+        c.chat.completions.create(model="gemma-4-e2b", max_tokens=16, messages=[
+            {"role": "user", "content": "Describe the weather in Lisbon."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}})
+    err = exc.value
+    assert err.body["code"] == "response_format_unmet" and err.body["model_output"]
+    assert err.response.headers["x-should-retry"] == "false" and "(also on the retry)" in err.body["message"]
+
+
 def test_launch_gives_each_board_a_private_token_and_refuses_requests_without_it(launched):
     fleet, ports, first = launched
     tokens = {b: _token(fleet, b) for b in ports}
