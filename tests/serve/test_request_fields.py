@@ -100,20 +100,25 @@ def test_each_field_of_the_openai_request_types_is_honoured_or_refused_by_name(r
     assert status == 200, body
 
 
-def test_max_completion_tokens_is_honoured_and_an_agent_loops_second_turn_is_taken(real_board):
+def test_max_completion_tokens_is_honoured_and_an_agent_loops_second_turn_follows_the_capabilities(real_board):
     c = client(real_board())
     out = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hello"}],
                                     max_completion_tokens=3)
     assert out.usage.completion_tokens == 3 and out.choices[0].finish_reason == "length"
-    assert c.models.retrieve("tiny").model_extra["capabilities"]["tools"] is True
-    # assistant tool_calls with content null, then a role "tool" result: what every agent loop sends next
-    out = c.chat.completions.create(model="tiny", max_completion_tokens=3, messages=[
+    # assistant tool_calls with content null, then a role "tool" result: what every agent loop sends next;
+    # taken where /v1/models says the model offers tools, else refused by name (never run without them)
+    loop = dict(model="tiny", max_completion_tokens=3, messages=[
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
         tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])
-    assert out.choices[0].finish_reason in ("length", "stop", "tool_calls")
+    if c.models.retrieve("tiny").model_extra["capabilities"]["tools"]:
+        assert c.chat.completions.create(**loop).choices[0].finish_reason in ("length", "stop", "tool_calls")
+    else:
+        with pytest.raises(openai.BadRequestError) as exc:
+            c.chat.completions.create(**loop)
+        assert exc.value.body["param"] in ("tools", "messages") and exc.value.body["code"] == "unsupported_parameter"
 
 
 def test_one_model_by_id_and_error_codes_are_strings(real_board):

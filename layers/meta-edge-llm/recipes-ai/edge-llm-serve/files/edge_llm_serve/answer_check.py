@@ -9,7 +9,9 @@ silent answer without the call that ``tool_choice`` demanded, never unchecked JS
 Streaming: text and calls flow as they are read when nothing has to be decided first (``tool_choice``
 "auto"); with "required", a named function or a ``response_format`` everything is held until the
 answer is judged, then sent in the same delta sequence (calls still arrive as a header and argument
-pieces). A request without tools and without ``response_format`` never comes here.
+pieces). A streamed "auto" answer whose call proves unusable only at its end has already left: it
+ends with an error event instead of ``finish_reason``, without a retry. A request without tools and
+without ``response_format`` never comes here.
 """
 
 from __future__ import annotations

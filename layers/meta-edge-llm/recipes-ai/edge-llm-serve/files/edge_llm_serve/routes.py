@@ -351,6 +351,7 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                 try:
                     deltas, reason, message = judge.finish(done)
                 except Unfit as exc:
+                    svc.metrics.error("answer_unfit")
                     if retries and not judge.sent:
                         retries -= 1
                         job = self._again(job)
@@ -361,7 +362,9 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                            "type": "server_error", "param": None, "code": exc.code, "model_output": exc.output[:2000]}
                     if started["head"]:
                         send(["data: " + json.dumps({"error": err}) + "\n\ndata: [DONE]\n\n"])
-                    else:    # x-should-retry: the openai client would otherwise run it again on its own
+                    else:
+                        # x-should-retry: false, or the openai client runs the request again by itself on a 5xx
+                        # (openai-python _base_client.py, _should_retry, "x-should-retry")
                         self._send(500, {"error": err}, {"x-should-retry": "false"})
                     return
                 if not stream:

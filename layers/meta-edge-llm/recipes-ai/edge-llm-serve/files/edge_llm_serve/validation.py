@@ -181,8 +181,6 @@ def _prepare_tools(body: dict[str, Any], caps: dict[str, bool], notes: dict[str,
         prepared = toolcalls.prepare(body)
     except toolcalls.ToolRequestError as exc:
         raise BadRequest(f"'{exc.field}' {str(exc)[len(exc.field) + 2:]}", param=exc.field) from exc
-    if isinstance(body.get("parallel_tool_calls"), bool) is False and body.get("parallel_tool_calls") is not None:
-        raise BadRequest("'parallel_tool_calls' must be true or false", param="parallel_tool_calls")
     uses = (prepared.tools and prepared.choice != "none") or _tool_turns(prepared.messages)
     if uses and not caps.get("tools"):
         field = "tools" if prepared.tools else "messages"
@@ -276,6 +274,9 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any], caps: dict[st
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw:
             raise BadRequest("'messages' must be a non-empty list", param="messages")
+        parallel = body.get("parallel_tool_calls")
+        if parallel is not None and not isinstance(parallel, bool):
+            raise BadRequest("'parallel_tool_calls' must be true or false", param="parallel_tool_calls")
         fmt = response_format(body, caps)
         instruction = json_instruction(fmt) if fmt and not caps.get("constrained") else None
         tooled = body.get("tools") is not None or body.get("tool_choice") is not None or _tool_turns(raw)
