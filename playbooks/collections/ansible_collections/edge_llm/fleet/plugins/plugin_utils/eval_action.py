@@ -48,6 +48,9 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
              if r.get("from") != r.get("version") and str(r.get("outcome", "")).startswith("current ")}
     asked = [i for i in launch.units(serve.expect, bind=serve.bind, port_base=serve.port_base)["instances"]
              if i["model"] in moved and i["model"] in restarted]
+    unserved = sorted(set(moved) - {i["model"] for i in asked})
+    if unserved:       # never launched here: nothing serves it to ask (the next fleet eval will)
+        result["msg"] = f"{result.get('msg', '')}; eval skipped: {', '.join(unserved)} not served (fleet launch)"
     if not asked:
         return result
     plan = launch.units(serve.expect, bind=serve.bind, port_base=serve.port_base)
