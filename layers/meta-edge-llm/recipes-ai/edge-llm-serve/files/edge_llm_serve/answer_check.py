@@ -130,7 +130,8 @@ class Judge:
         if self.fmt is not None and not calls:
             why = json_problems(content, self.fmt)
             if why:
-                raise Unfit(f"response_format {self.fmt['type']} not met: {why}", "response_format_unmet", output)
+                cut = " (the answer was cut at max_tokens)" if reason == "length" else ""
+                raise Unfit(f"response_format {self.fmt['type']} not met: {why}{cut}", "response_format_unmet", output)
         out = self._all if self.hold else tail
         if not self.hold and out:
             self.sent = True
