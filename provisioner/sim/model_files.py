@@ -150,6 +150,82 @@ def litertlm_extent(path: Path) -> int | None:
         return None
 
 
+# LlmModelType's oneof members (runtime/proto/llm_model_type.proto:26-35 at LiteRT-LM cbf463d)
+_LLM_MODEL_TYPES = {1: "generic_model", 2: "gemma3n", 3: "function_gemma", 4: "gemma3", 5: "qwen3", 7: "qwen2p5",
+                    8: "gemma4", 9: "fast_vlm"}
+
+
+def _proto_fields(buf: bytes) -> list[tuple[int, int, Any]]:
+    """(number, wire type, value) of a protobuf message's top-level fields (varint, fixed and length-delimited)."""
+    out, at = [], 0
+
+    def varint() -> int:
+        nonlocal at
+        value = shift = 0
+        while True:
+            b = buf[at]
+            at += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+    while at < len(buf):
+        tag = varint()
+        wire = tag & 7
+        if wire == 0:
+            value: Any = varint()
+        elif wire == 2:
+            n = varint()
+            value, at = buf[at:at + n], at + n
+        elif wire in (1, 5):
+            n = 8 if wire == 1 else 4
+            value, at = buf[at:at + n], at + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        out.append((tag >> 3, wire, value))
+    return out
+
+
+def llm_model_type(path: Path) -> str | None:
+    """The ``llm_model_type`` the file's LlmMetadata section names, as the runtime chooses its model data
+    processor by it (runtime/conversation/model_data_processor/model_data_processor_factory.cc:342-362 at
+    cbf463d): section data type 5 (LlmMetadataProto, schema/core/litertlm_header_schema.fbs), field 6 of
+    LlmMetadata (runtime/proto/llm_metadata.proto:81). None: no such section or field, or not a container."""
+    try:
+        with open(path, "rb") as fh:
+            pre = fh.read(LITERTLM_PREAMBLE)
+            if len(pre) < LITERTLM_PREAMBLE or pre[:8] != LITERTLM_MAGIC:
+                return None
+            header_end = struct.unpack_from("<Q", pre, 24)[0]
+            if not LITERTLM_PREAMBLE < header_end <= (64 << 20):
+                return None
+            buf = fh.read(header_end - LITERTLM_PREAMBLE)
+            sm = _fb_table_field(buf, _fb_deref(buf, 0), 1)                 # LiteRTLMMetaData.section_metadata
+            objs = _fb_table_field(buf, _fb_deref(buf, sm), 0) if sm is not None else None
+            if objs is None:
+                return None
+            vec = _fb_deref(buf, objs)
+            for i in range(struct.unpack_from("<I", buf, vec)[0]):
+                obj = _fb_deref(buf, vec + 4 + 4 * i)
+                begin, end, dtype = (_fb_table_field(buf, obj, slot) for slot in (1, 2, 3))
+                if None in (begin, end, dtype) or buf[dtype] != 5:
+                    continue
+                start, stop = struct.unpack_from("<Q", buf, begin)[0], struct.unpack_from("<Q", buf, end)[0]
+                if not 0 <= stop - start <= (8 << 20):
+                    return None
+                fh.seek(start)
+                found = None
+                for number, wire, value in _proto_fields(fh.read(stop - start)):
+                    if number == 6 and wire == 2:
+                        for member, member_wire, _ in _proto_fields(value):
+                            if member_wire == 2:
+                                found = _LLM_MODEL_TYPES.get(member, f"type {member}")
+                return found
+    except (OSError, struct.error, IndexError, ValueError, TypeError):
+        return None
+    return None
+
+
 def read_litertlm(view: BoardView, path: Path) -> ModelView:
     meta = _model_meta(path)
     size = path.stat().st_size

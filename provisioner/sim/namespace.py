@@ -263,6 +263,10 @@ def setup_namespace(board: VirtualBoard) -> dict[str, Any]:
         for src, name in zip(found, (real_litert.BOARD_LIB_DIR, real_litert.BOARD_MODEL_DIR), strict=True):
             (sim / name).mkdir(mode=0o755)
             _bind(src.parent, sim / name, ro=True)
+        typed = real_litert.typed_dir(found[1])           # made when the board's facts were written
+        if typed.is_dir():
+            (sim / real_litert.BOARD_TYPED_DIR).mkdir(mode=0o755)
+            _bind(typed, sim / real_litert.BOARD_TYPED_DIR, ro=True)
     shutil.copyfile(hd / "facts.json", sim / runtime.FACTS_NAME)
     os.chmod(sim / runtime.FACTS_NAME, 0o644)
     ota = ostree_board.sysroot(board)

@@ -61,18 +61,21 @@ class Loaded:
         self.real = real
 
 
-def open_real(view: bv.BoardView) -> real_litert.RealLiteRt | None:
-    """The real runtime this board's facts name, or None (after one line on stderr saying why)."""
+def open_real(view: bv.BoardView, model_type: str | None = None) -> real_litert.RealLiteRt | None:
+    """The real runtime this board's facts name, or None (after one line on stderr saying why). Its tiny
+    model is the one re-packed as ``model_type`` (the board's model's llm_model_type) where the facts have
+    one, so the runtime's own processor for that type renders the tools and parses the calls."""
     where = view.facts.get("real_litert") or {"absent": "this board's facts name no real runtime"}
     if "absent" in where:
         print(f"edge-llm-sim: modelled answers: {where['absent']}", file=sys.stderr)
         return None
+    model = (where.get("typed") or {}).get(model_type or "") or where["model"]
     try:
-        real = real_litert.RealLiteRt(where["library"], where["model"])
+        real = real_litert.RealLiteRt(where["library"], model)
     except (OSError, real_litert.RealRuntimeError) as exc:
         print(f"edge-llm-sim: modelled answers: the real LiteRT-LM runtime did not start ({exc})", file=sys.stderr)
         return None
-    print(f"edge-llm-sim: answers from the real LiteRT-LM runtime ({where['library']}, {where['model']}, cpu)",
+    print(f"edge-llm-sim: answers from the real LiteRT-LM runtime ({where['library']}, {model}, cpu)",
           file=sys.stderr)
     return real
 
@@ -111,7 +114,8 @@ def load_litert(view: bv.BoardView, model_path: str) -> Loaded:
             "INTERNAL: Failed to create NPU compiled model"])
     outcome.check_memlock(stack, "litert")
     garbage = "wrong-soc-model" in view.faults
-    return Loaded(view, model, burst, garbage, None, None if garbage else open_real(view))
+    real = None if garbage else open_real(view, model_files.llm_model_type(path))
+    return Loaded(view, model, burst, garbage, None, real)
 
 
 def load_genie(view: bv.BoardView, config_json: str) -> Loaded:

@@ -24,6 +24,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ LIB_NAME = "liblitert-lm.so"                # python/litert_lm/_ffi.py:104 at cb
 TINY_MODEL = "tiny-eos.litertlm"            # may stop by itself (tiny.litertlm never does)
 LIB_ENV, MODEL_ENV = "EDGE_LLM_SIM_LITERT_LIB", "EDGE_LLM_SIM_TINY_MODEL"
 BOARD_LIB_DIR, BOARD_MODEL_DIR = "real-litert", "real-model"     # under the board's /run/edge-llm-sim
+BOARD_TYPED_DIR = "real-model-typed"        # the tiny model re-packed per model type (typed_models)
 CONTEXT = 512                               # the tiny models' KV cache (tiny.reference.json kv_cache_len)
 LOG_ERROR = 4                               # engine.h:236-240: 0=VERBOSE ... 4=ERROR
 INPUT_TEXT = 0                              # engine.h:244 kLiteRtLmInputDataTypeText
@@ -115,11 +117,14 @@ def locate() -> tuple[Path, Path] | str:
 
 
 def board_facts(found: tuple[Path, Path] | str, sim_dir: str) -> dict[str, Any]:
-    """facts.json's ``real_litert`` entry: where the board sees the library and model, or why not."""
+    """facts.json's ``real_litert`` entry: where the board sees the library and model, or why not, and
+    ``typed``: the tiny model re-packed as each model type of :data:`TYPED_TEMPLATES` (model type -> path)."""
     if isinstance(found, str):
         return {"absent": found}
     lib, model = found
-    return {"library": f"{sim_dir}/{BOARD_LIB_DIR}/{lib.name}", "model": f"{sim_dir}/{BOARD_MODEL_DIR}/{model.name}"}
+    typed = typed_models(model)
+    return {"library": f"{sim_dir}/{BOARD_LIB_DIR}/{lib.name}", "model": f"{sim_dir}/{BOARD_MODEL_DIR}/{model.name}",
+            "typed": {kind: f"{sim_dir}/{BOARD_TYPED_DIR}/{path.name}" for kind, path in typed.items()}}
 
 
 class RealRuntimeError(Exception):
@@ -149,6 +154,7 @@ class RealLiteRt:
         if not self.engine:
             raise RealRuntimeError(f"litert_lm_engine_create failed for {model}")
         self._lock = threading.Lock()
+        self.constrain = True       # False once the runtime refused a conversation with constrained decoding
 
     def generate(self, payload: str, mode: str, max_tokens: int) -> list[str]:
         """The chunks the runtime streams, as it streams them.
@@ -194,9 +200,18 @@ class RealLiteRt:
                     lib.litert_lm_conversation_config_set_messages(cc, json.dumps(env["messages"]).encode())
                 if env.get("tools"):
                     lib.litert_lm_conversation_config_set_tools(cc, json.dumps(env["tools"]).encode())
-                if env.get("constrained"):
+                if env.get("constrained") and self.constrain:
                     lib.litert_lm_conversation_config_set_enable_constrained_decoding(cc, True)
                 conv = lib.litert_lm_conversation_create(self.engine, cc)
+                if not conv and env.get("constrained") and self.constrain:
+                    # The board's model would be constrained; the tiny one cannot be (its vocabulary is not
+                    # Gemma's: "Unsupported vocabulary type for Fst-Constraints library"). Its words stay the
+                    # real runtime's, unconstrained, and the board's log says so once.
+                    self.constrain = False
+                    print("edge-llm-sim: the tiny model cannot be constrained (the real runtime refused); "
+                          "its answers go unconstrained", file=sys.stderr)
+                    lib.litert_lm_conversation_config_set_enable_constrained_decoding(cc, False)
+                    conv = lib.litert_lm_conversation_create(self.engine, cc)
                 if not conv:
                     raise RealRuntimeError("litert_lm_conversation_create failed")
                 owned.append((lib.litert_lm_conversation_delete, conv))
@@ -295,3 +310,72 @@ def repack(src: Path, out: Path, model_type: str, template: str | None = None,
         builder.pack(toml, str(out))
         shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+# Written for virtual boards whose model names llm_model_type gemma4 (the catalog's Gemma-4 .litertlm). A
+# conversation without tools renders exactly as with the tiny model's own template (make_tiny_litertlm.py's
+# JINJA_TEMPLATE: its <start_of_turn> turns are single tokens of its vocabulary), so a board's chat answers stay
+# the tiny model's reference ones. With tools, the tool sections are in the Gemma 4 processor's syntax (LiteRT-LM
+# cbf463d runtime/conversation/model_data_processor/gemma4_data_processor_config.h: calls between the fences
+# <|tool_call> and <tool_call|> as call:<name>{arguments}, as in gemma4_data_processor_test.cc:253; results
+# after function_response_start <|tool_response>); tools as one "declaration:<name>" line each, followed by the
+# function's JSON. The Gemma 4 processor hands the template the messages and tools as they came
+# (use_template_for_fc_format: gemma4_data_processor.cc MessageToTemplateInput and FormatTools).
+GEMMA4_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if tools -%}{{ '<start_of_turn>system\n' }}"
+    "{%- if messages[0]['role'] == 'system' -%}{{ messages[0]['content'] | trim }}{{ '\n' }}{%- endif -%}"
+    "{%- for tool in tools -%}{{ 'declaration:' + tool['function']['name'] }}{{ tool['function'] | tojson }}"
+    "{{ '\n' }}{%- endfor -%}{{ '<end_of_turn>\n' }}{%- endif -%}"
+    "{%- for message in messages -%}{%- if not (tools and loop.first and message['role'] == 'system') -%}"
+    "{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}"
+    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{%- if message['content'] is string -%}{{ message['content'] | trim }}"
+    "{%- elif message['content'] -%}{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}"
+    "{%- elif item['type'] == 'tool_response' -%}{{ '<|tool_response>' + item['name'] }}{{ item['response'] | tojson }}"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{%- if message['tool_calls'] -%}{%- for call in message['tool_calls'] -%}"
+    "{{ '<|tool_call>call:' + call['function']['name'] }}{{ call['function']['arguments'] | tojson }}"
+    "{{ '<tool_call|>' }}{%- endfor -%}{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+#: the model types a virtual board's model may name -> the template the tiny model carries as that type
+TYPED_TEMPLATES = {"gemma4": GEMMA4_TEMPLATE}
+
+
+def typed_dir(model: Path) -> Path:
+    """Where the re-packed copies of ``model`` live on this machine: one directory per (model bytes,
+    templates) in the temporary directory, shared by every virtual board and test run."""
+    import hashlib
+    digest = hashlib.sha256(model.read_bytes())
+    for kind, template in sorted(TYPED_TEMPLATES.items()):
+        digest.update(f"{kind}\0{template}\0".encode())
+    import tempfile
+    return Path(tempfile.gettempdir()) / f"edge-llm-sim-tiny-{digest.hexdigest()[:16]}"
+
+
+def typed_models(model: Path) -> dict[str, Path]:
+    """``model`` re-packed as each type of :data:`TYPED_TEMPLATES` (model type -> file), made once per machine,
+    so a board's stand-in runs the real runtime's processor for the type its own model names. Empty, after one
+    line on stderr, where litert-lm-builder is not installed: boards then answer with the generic tiny model."""
+    out_dir = typed_dir(model)
+    wanted = {kind: out_dir / f"tiny-{kind}.litertlm" for kind in TYPED_TEMPLATES}
+    if all(p.is_file() for p in wanted.values()):
+        return wanted
+    try:
+        import litert_lm_builder  # noqa: F401 - only to say why not, before making anything
+    except ImportError:
+        print("edge-llm-sim: litert-lm-builder is not installed: virtual boards answer with the generic tiny "
+              "model whatever their model's type", file=sys.stderr)
+        return {}
+    out_dir.mkdir(mode=0o755, exist_ok=True)
+    for kind, path in wanted.items():
+        if not path.is_file():
+            part = path.with_name(f"{path.name}.{os.getpid()}.part")
+            repack(model, part, kind, TYPED_TEMPLATES[kind])
+            os.chmod(part, 0o644)
+            os.replace(part, path)              # whole or absent: boards built in parallel may race here
+    return wanted

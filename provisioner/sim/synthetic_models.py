@@ -178,12 +178,15 @@ def _npu_tflite_writer(qairt: str, pad_to: int | None, n_ops: int, ctx_size: int
 
 def make_litertlm(path: str | Path, qairt: str = "2.44.0.260225", *, pad_to: int | None = None,
                   npu_only: bool = True, truncate_to: int | None = None, context: int = 4096,
-                  n_dispatch_ops: int = 2, context_binary_size: int = CONTEXT_BINARY_SIZE) -> Path:
+                  n_dispatch_ops: int = 2, context_binary_size: int = CONTEXT_BINARY_SIZE,
+                  model_type: str | None = "gemma4") -> Path:
     """Write a real ``.litertlm`` with an NPU ``DISPATCH_OP`` section carrying ``v<qairt>``.
 
     ``pad_to``: total file size (sparse; e.g. 3_294_593_024 like Gemma-4 E2B) with the context
     binary at the very end. ``npu_only=False`` adds an embedder section allowed on CPU/GPU.
-    ``truncate_to``: cut the finished file, like an interrupted download.
+    ``truncate_to``: cut the finished file, like an interrupted download. ``model_type``: the LlmMetadata
+    ``llm_model_type`` member it names (Gemma 4's by default, the processor LiteRT-LM picks for a Gemma-4
+    file: model_data_processor_factory.cc:348 at cbf463d; None: the field is left out).
     """
     from litert_lm_builder import litertlm_builder as lb
     from litert_lm_builder.runtime.proto import llm_metadata_pb2
@@ -196,6 +199,8 @@ def make_litertlm(path: str | Path, qairt: str = "2.44.0.260225", *, pad_to: int
         meta.max_num_tokens = context
         meta.start_token.token_ids.ids.append(2)
         meta.stop_tokens.add().token_ids.ids.append(1)
+        if model_type:
+            getattr(meta.llm_model_type, model_type).SetInParent()
         (t / "llm_metadata.pb").write_bytes(meta.SerializeToString())
         (t / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}}}))
         (t / "embedder.tflite").write_bytes(tflite_plain())

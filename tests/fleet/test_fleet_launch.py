@@ -153,6 +153,37 @@ def test_tools_and_json_schema_on_the_litert_board_never_pass_off_an_unchecked_a
     assert err.response.headers["x-should-retry"] == "false" and "(also on the retry)" in err.body["message"]
 
 
+def test_openai_tool_loop_on_the_litert_board_runs_the_runtimes_own_processor(launched):
+    """The agent loop through the IQ-8275's own service. Its Gemma-4 .litertlm names llm_model_type gemma4, so the
+    service offers tools; the board's stand-in answers with Google's real runtime on the tiny model re-packed
+    as gemma4, so that runtime's Gemma 4 processor renders the tools, the call and its result. The weights are
+    random: the checks are on structure (the tools and the tool's result reach the model), never on words;
+    json_schema there is the test above's."""
+    import openai
+    if real_completion("x", 1) is None:
+        pytest.skip("the virtual boards answer with modelled text here (no real LiteRT-LM runtime)")
+    fleet, ports, _ = launched
+    model = "gemma-4-e2b"
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{ports['srv-8275']}/v1", api_key=_token(fleet, "srv-8275"),
+                      max_retries=0, timeout=120)
+    assert c.models.retrieve(model).model_extra["capabilities"]["tools"] is True
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    msgs = [{"role": "user", "content": "What's the weather in Lisbon right now?"}]
+    first = c.chat.completions.create(model=model, messages=msgs, tools=tools, max_tokens=8)
+    plain = c.chat.completions.create(model=model, messages=msgs, max_tokens=8)
+    assert first.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert first.choices[0].message.content != plain.choices[0].message.content     # the tools were rendered
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lisbon"}'}}
+    answers = set()
+    for result in ("rain, 14 C", "sunny, 30 C"):
+        turn = msgs + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                       {"role": "tool", "tool_call_id": "call_1", "content": result}]
+        streamed = c.chat.completions.create(model=model, messages=turn, tools=tools, max_tokens=8, stream=True)
+        answers.add("".join(ch.choices[0].delta.content or "" for ch in streamed if ch.choices))
+    assert len(answers) == 2 and "" not in answers                              # the tool's result reached it
+
+
 def test_launch_gives_each_board_a_private_token_and_refuses_requests_without_it(launched):
     fleet, ports, first = launched
     tokens = {b: _token(fleet, b) for b in ports}
