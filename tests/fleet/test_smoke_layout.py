@@ -20,9 +20,9 @@ from provisioner.contracts import board as on_board
 from provisioner.contracts.inventory import ModelVars
 from provisioner.fleet.shared.onboard import serve
 from provisioner.fleet.shared.serve_config import smoke_run
+from tests.conftest import need_realworld
 
 REPO = Path(__file__).resolve().parents[2]
-UPSTREAM = REPO / ".." / "shared" / "realworld" / "upstream" / "LiteRT-LM-cbf463d"
 PATCH_1 = (REPO / "layers/meta-edge-llm/recipes-ai/litert-lm/files"
            / "0001-litert_util-use-the-dispatch-library-dir-on-Linux.patch")
 COLLECTIONS = REPO / "playbooks/collections"
@@ -47,9 +47,7 @@ print("\\n".join(os.path.basename(p) for p in (rt.find_dispatch_libs(where) if w
 @pytest.fixture(scope="module")
 def upstream() -> Path:
     """The pinned tree's real files (skipped where ../shared/realworld is not there)."""
-    if not UPSTREAM.is_dir():
-        pytest.skip(f"{UPSTREAM.resolve()} is missing: needs ../shared/realworld (see its README.md)")
-    return UPSTREAM.resolve()
+    return need_realworld("upstream", "LiteRT-LM-cbf463d")
 
 
 def _run_one():

@@ -15,18 +15,16 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import REALWORLD, need_realworld
+
 # meta-qcom's ci/ kas fragments at the qli-2.0 tag (qualcomm-linux/meta-qcom @ ef0004df), real files in
 # ../shared/realworld next to the repo root (CI has them there)
-META_QCOM_CI = Path(__file__).resolve().parents[2].parent / "shared" / "realworld" / "kas" / "meta-qcom-ef0004df" / "ci"
+META_QCOM_CI = REALWORLD / "kas" / "meta-qcom-ef0004df" / "ci"
 
 
 def meta_qcom_ci() -> Path:
-    """META_QCOM_CI, or a test failure (not a skip: CI always has ../shared/realworld)."""
-    if not META_QCOM_CI.is_dir():
-        import pytest
-
-        pytest.fail(f"{META_QCOM_CI} is missing: these tests need ../shared/realworld next to the repo root")
-    return META_QCOM_CI
+    """META_QCOM_CI, or the one-line skip of :func:`tests.conftest.need_realworld` (a failure in CI)."""
+    return need_realworld("kas", "meta-qcom-ef0004df", "ci")
 
 
 GIT_ENV = {
@@ -187,7 +185,7 @@ def build_qli_fixture(root: Path, *, with_618: bool = False) -> QliFixture:
         "meta-python/conf/layer.conf": layer_conf("meta-python")})
     ci = {
         "conf/layer.conf": layer_conf("qcom", depends="core lts-linux-firmware-mixin"),
-        **{f"ci/{name}": (META_QCOM_CI / name).read_text(encoding="utf-8") for name in REAL_CI_FILES},
+        **{f"ci/{name}": (meta_qcom_ci() / name).read_text(encoding="utf-8") for name in REAL_CI_FILES},
         "ci/qcom-distro.yml": QCOM_DISTRO_YML,
         "ci/qcom-distro-multimedia-image.yml": MULTIMEDIA_YML,
         # base.lock.yml pins the other layers; it also pins oe-core to an OLDER commit than the

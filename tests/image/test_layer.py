@@ -16,6 +16,7 @@ from provisioner.contracts import board as on_board
 from provisioner.errors import RenderError
 from provisioner.image.render import render
 from provisioner.manifest import load_manifest
+from tests.conftest import need_realworld
 from tests.image import bbparse
 from tests.image.kas_fixtures import write_manifest
 
@@ -338,14 +339,14 @@ def test_login_policy(policy, tmp_path, distro_layer):
         assert not dropin.exists()
 
 
-REALWORLD = Path(__file__).resolve().parents[2].parent / "shared" / "realworld"
 DEBUG_LOGIN = {"allow-root-login", "allow-empty-password", "empty-root-password", "debug-tweaks"}
 
 
 def _qli_local_conf(result, only: tuple[str, ...] | None = None) -> str:
     """local.conf as kas writes it: meta-qcom ci/base.yml's snippets, then the render's (same name
     replaces, written sorted by name); ``only`` keeps just those rendered snippets."""
-    base = yaml.safe_load((REALWORLD / "kas/meta-qcom-ef0004df/ci/base.yml").read_text())["local_conf_header"]
+    base_yml = need_realworld("kas", "meta-qcom-ef0004df", "ci", "base.yml")
+    base = yaml.safe_load(base_yml.read_text())["local_conf_header"]
     rendered = yaml.safe_load(result.kas_file.read_text())["local_conf_header"]
     merged = {**base, **{k: v for k, v in rendered.items() if only is None or k in only}}
     return "".join(merged[k].rstrip("\n") + "\n" for k in sorted(merged))

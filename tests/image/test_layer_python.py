@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REALWORLD, need_realworld
 from tests.image import bbparse
 
 REPO = bbparse.REPO
 LAYER = bbparse.LAYER
-MANIFEST = (REPO / ".." / "shared" / "realworld" / "upstream" / "oe-core-06dd66e6" / "meta" / "recipes-devtools"
-            / "python" / "python3" / "python3-manifest.json")
+MANIFEST_PARTS = ("upstream", "oe-core-06dd66e6", "meta", "recipes-devtools", "python", "python3",
+                  "python3-manifest.json")
+MANIFEST = REALWORLD.joinpath(*MANIFEST_PARTS)
 SERVICE_DIR = LAYER / "recipes-ai" / "edge-llm-serve" / "files"
 #: the entry point and the package edge_llm_serve: every file of the service the board runs
 SERVICE = [SERVICE_DIR / "edge-llm-serve", *sorted((SERVICE_DIR / "edge_llm_serve").rglob("*.py"))]
@@ -131,8 +133,7 @@ def closure(packages: set[str], manifest: dict[str, dict]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def manifest() -> dict[str, dict]:
-    if not MANIFEST.is_file():
-        pytest.skip(f"{MANIFEST.resolve()} is missing: needs ../shared/realworld (see its README.md)")
+    need_realworld(*MANIFEST_PARTS)
     return load_manifest()
 
 

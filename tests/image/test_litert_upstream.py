@@ -15,17 +15,15 @@ import pytest
 
 from provisioner.contracts import board as on_board
 from provisioner.image import litert as L
+from tests.conftest import need_realworld
 
-UPSTREAM = Path(__file__).resolve().parents[2] / ".." / "shared" / "realworld" / "upstream" / "LiteRT-LM-cbf463d"
 RULE_RE = re.compile(r'^(\w+)\(\s*name\s*=\s*"([^"]+)"(.*?)^\)', re.S | re.M)
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Path:
     """The pinned tree's real files (skipped where ../shared/realworld is not there)."""
-    if not UPSTREAM.is_dir():
-        pytest.skip(f"{UPSTREAM.resolve()} is missing: needs ../shared/realworld (see its README.md)")
-    return UPSTREAM.resolve()
+    return need_realworld("upstream", "LiteRT-LM-cbf463d")
 
 
 def rules(build: Path) -> dict[str, tuple[str, str]]:

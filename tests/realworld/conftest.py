@@ -1,4 +1,8 @@
-"""Fixtures for tests on real upstream files (``../shared/realworld``, see its README.md)."""
+"""Fixtures for tests on real upstream files (``../shared/realworld``, see its README.md).
+
+Every test here reads them: each skips with the one line of :func:`tests.conftest.need_realworld` where
+the folder is absent (and fails there under CI's $EDGE_LLM_REQUIRE_REALWORLD=1).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,7 @@ import pytest
 
 from tests.artifacts.conftest import CliResult, cli  # noqa: F401  (the same in-process CLI runner)
 
-REALWORLD = Path(__file__).resolve().parents[2] / ".." / "shared" / "realworld"
 
-
-@pytest.fixture(scope="session")
-def realworld() -> Path:
-    """The real files nobody on this project wrote; CI has them at the same place."""
-    if not REALWORLD.is_dir():
-        pytest.fail(f"{REALWORLD.resolve()} is missing: the real-world tests need ../shared/realworld")
-    return REALWORLD.resolve()
+@pytest.fixture(autouse=True)
+def _on_real_files(realworld: Path) -> Path:
+    return realworld

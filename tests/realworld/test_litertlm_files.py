@@ -21,8 +21,9 @@ from provisioner.catalog import board
 from provisioner.cli import main
 from provisioner.errors import ArtifactError
 from tests.artifacts.conftest import CliResult
+from tests.conftest import REALWORLD
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "realworld" / "litertlm"
+REAL = REALWORLD / "litertlm"
 MODEL = "dummy_embedding_cpu_model.tflite"
 
 

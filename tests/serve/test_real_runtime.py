@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REALWORLD, need_realworld
 from tests.serve.conftest import TOKEN
 
-REALWORLD = Path(__file__).resolve().parents[2] / ".." / "shared" / "realworld"
 TINY = REALWORLD / "litertlm" / "tiny"
 CONTEXT = 512   # the tiny models' KV cache (tiny.reference.json "kv_cache_len")
 
@@ -38,9 +38,7 @@ def real_library() -> Path:
 @pytest.fixture(scope="module")
 def reference() -> dict:
     """tiny.reference.json: the greedy continuation of its prompt, token by token."""
-    if not REALWORLD.is_dir():
-        pytest.skip(f"{REALWORLD.resolve()} is absent: the real-runtime tests need ../shared/realworld")
-    return json.loads((TINY / "tiny.reference.json").read_text())
+    return json.loads(need_realworld("litertlm", "tiny", "tiny.reference.json").read_text())
 
 
 @pytest.fixture

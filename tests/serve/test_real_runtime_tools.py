@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from provisioner.sim import real_litert
-from tests.serve.test_real_runtime import REALWORLD, TINY, real_library
+from tests.conftest import REALWORLD, need_realworld
+from tests.serve.test_real_runtime import TINY, real_library
 
 UPSTREAM_HEADER = REALWORLD / "upstream" / "LiteRT-LM-cbf463d" / "c" / "engine.h"
 
@@ -35,8 +36,7 @@ CLOCK = {"type": "function", "function": {
 def repack(tmp: Path, model_type: str, template: str | None = None) -> Path:
     """tiny-eos.litertlm re-packed by the official litert-lm-builder as another ``llm_model_type``."""
     pytest.importorskip("litert_lm_builder.litertlm_builder", reason="litert-lm-builder is not installed")
-    if not TINY.is_dir():
-        pytest.skip(f"{TINY.resolve()} is absent: the real-runtime tests need ../shared/realworld")
+    need_realworld("litertlm", "tiny", "tiny-eos.litertlm")
     (tmp / "models").mkdir(exist_ok=True)
     return real_litert.repack(TINY / "tiny-eos.litertlm", tmp / "models" / f"tiny-{model_type}.litertlm",
                               model_type, template)
@@ -87,6 +87,7 @@ class _Engines:
 
 @pytest.fixture(scope="module")
 def engines(serve_pkg):
+    need_realworld("litertlm", "tiny", "tiny-eos.litertlm")
     e = _Engines(serve_pkg)
     yield e
     e.close()
@@ -349,8 +350,7 @@ def _matches(c_type: str, ct) -> bool:
 def test_every_litert_prototype_matches_the_pinned_header():
     """Each function cabi.py binds is declared in c/engine.h at cbf463d, on the line its comment cites, with
     as many parameters of matching types and a matching return type."""
-    if not UPSTREAM_HEADER.is_file():
-        pytest.skip(f"{UPSTREAM_HEADER.resolve()} is absent: the upstream checks need ../shared/realworld")
+    need_realworld("upstream", "LiteRT-LM-cbf463d", "c", "engine.h")
     from edge_llm_serve.engines.cabi import LITERT_LM_PROTOTYPES
 
     from provisioner.fleet.shared.onboard import SERVE_PACKAGE

@@ -9,6 +9,7 @@ generation.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from provisioner import catalog
 from provisioner.contracts import board as on_board
 from provisioner.sim import host, real_litert
 from provisioner.sim.npu_outcome import GARBAGE_TOKEN, answer_for
+from tests.conftest import need_realworld
 from tests.sim.test_host_support import needs_root
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -53,6 +55,8 @@ def _real_or_skip() -> dict:
     """The tiny model's greedy reference (computed in PyTorch), where the boards run the real runtime."""
     found = real_litert.locate()
     if isinstance(found, str):
+        if not os.environ.get(real_litert.MODEL_ENV):        # the tiny model is one of the real-world files
+            need_realworld("litertlm", "tiny", real_litert.TINY_MODEL)
         pytest.skip(f"virtual boards answer with modelled text here: {found}")
     return json.loads(found[1].with_name("tiny-eos.reference.json").read_text(encoding="utf-8"))
 

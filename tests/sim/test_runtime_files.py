@@ -8,18 +8,16 @@ so a cut file fails even when a model.json beside it declares the cut size. No b
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
-
-import pytest
 
 from provisioner.sim.model_files import litertlm_extent
 from provisioner.sim.synthetic_models import make_litertlm
+from tests.conftest import REALWORLD, need_realworld
 
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "realworld" / "litertlm" / "test_hf_tokenizer.litertlm"
+REAL = REALWORLD / "litertlm" / "test_hf_tokenizer.litertlm"
 
 
-@pytest.mark.skipif(not REAL.is_file(), reason=f"{REAL} missing (../shared/realworld)")
 def test_a_real_litertlm_fits_its_section_table_and_a_cut_copy_does_not(tmp_path):
+    need_realworld("litertlm", "test_hf_tokenizer.litertlm")
     extent = litertlm_extent(REAL)
     assert extent is not None and 32 < extent <= REAL.stat().st_size       # loads whole
     cut = tmp_path / "cut.litertlm"
