@@ -230,6 +230,7 @@ def test_json_schema_the_model_cannot_meet_is_an_error_after_one_retry(start_boa
                                   response_format={"type": "json_schema",
                                                    "json_schema": {"name": "t", "schema": tight}})
     assert exc.value.body["code"] == "response_format_unmet" and "longer than 2" in exc.value.body["message"]
+    assert "(also on the retry)" in exc.value.body["message"]
 
 
 def test_bad_response_formats_are_400_naming_response_format(start_board):

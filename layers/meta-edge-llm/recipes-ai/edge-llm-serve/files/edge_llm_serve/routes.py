@@ -292,6 +292,7 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
             it), then the client gets the error with the model's output, never a silent answer."""
             stream = bool(body.get("stream"))
             retries = 0 if svc.scheduler.engine.capabilities.get("constrained") else 1
+            retried = False
             ident, created = f"chatcmpl-{os.urandom(12).hex()}", int(time.time())
             opts = body.get("stream_options")
             include_usage = isinstance(opts, dict) and opts.get("include_usage") is True
@@ -353,12 +354,12 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                 except Unfit as exc:
                     svc.metrics.error("answer_unfit")
                     if retries and not judge.sent:
-                        retries -= 1
+                        retries, retried = retries - 1, True
                         job = self._again(job)
                         if job is None:
                             return
                         continue
-                    err = {"message": f"{exc}{'' if retries or judge.sent else ' (also on the retry)'}",
+                    err = {"message": f"{exc}{' (also on the retry)' if retried else ''}",
                            "type": "server_error", "param": None, "code": exc.code, "model_output": exc.output[:2000]}
                     if started["head"]:
                         send(["data: " + json.dumps({"error": err}) + "\n\ndata: [DONE]\n\n"])
