@@ -120,6 +120,10 @@ def test_each_tool_choice_mode(start_board):
     assert auto.choices[0].message.tool_calls[0].function.name == "get_weather"
     required = c.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required")
     assert required.choices[0].message.tool_calls[0].function.name == "get_weather"
+    # streamed, a forced call is held until it is judged, then sent as header and argument pieces
+    text, calls, finish, _ = streamed(c, messages=ask, tools=TOOLS, tool_choice="required")
+    assert finish == "tool_calls" and text == "" and [x["name"] for x in calls] == ["get_weather"]
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
     named = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "What time is it in Oslo?"}],
                                       tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert [(t.function.name, json.loads(t.function.arguments)) for t in named.choices[0].message.tool_calls] == \

@@ -393,7 +393,8 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
             return again
 
         def _failed(self, ev: tuple[Any, ...]) -> None:
-            """Answer an error event: the client's (400, e.g. a prompt longer than the context) or the runtime's (500)."""
+            """Answer an error event: the client's (400, e.g. a prompt longer than the context) or the
+            runtime's (500)."""
             if len(ev) > 2 and ev[2] == "context_length_exceeded":
                 self._error(400, ev[1], "invalid_request_error", code=ev[2])
             else:
