@@ -102,6 +102,9 @@ def ask(inst, token, body, timeout, keep):
         msg = err.get("message") if isinstance(err, dict) else raw[:300].decode("utf-8", "replace")
         out["error"] = f"HTTP {status}: {msg}"[:keep]
         return out
+    # the answer's shape per the official openai package's types (3.57.0): choices[0].message has content (str or
+    # null) and tool_calls, each {id, type "function", function {name, arguments: JSON text}}
+    # (openai/types/chat/chat_completion_message.py, chat_completion_message_function_tool_call.py)
     choice = (doc.get("choices") or [{}])[0] or {}
     msg = choice.get("message") or {}
     calls = []
