@@ -29,8 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from provisioner.eval.suite import load_suite  # noqa: E402
-from provisioner.fleet.runner import run_fleet  # noqa: E402
-from provisioner.fleet.runner import ansible_env  # noqa: E402
+from provisioner.fleet.runner import ansible_env, run_fleet  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port  # noqa: E402
 
