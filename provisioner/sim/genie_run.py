@@ -22,7 +22,6 @@ from provisioner.sim.model_files import read_genie
 from provisioner.sim.npu_outcome import (
     RuntimeFailure,
     Timing,
-    answer_for,
     check_memlock,
     check_stack,
     count_tokens,
@@ -31,6 +30,7 @@ from provisioner.sim.npu_outcome import (
     pause,
     timing,
 )
+from provisioner.sim.tool_replies import modelled_answer
 
 # --------------------------------------------------------------------------- genie-t2t-run
 GENIE_USAGE = ("Usage: genie-t2t-run -c <config.json> (-p <prompt> | --prompt_file <file>) "
@@ -115,7 +115,7 @@ def genie_t2t_run(argv: list[str], out: TextIO, err: TextIO, view: BoardView) ->
         out.write(f"[INFO] \"HTP device soc_model {model.soc_model}, dsp_arch {model.dsp_arch}, "
                   f"perf_profile {model.perf_profile}\"\n")
     burst = (model.perf_profile or "burst") == "burst"
-    coherent = answer_for(prompt)
+    coherent = modelled_answer(prompt)
     limit = (model.config or {}).get("dialog", {}).get("max-num-tokens")
     if isinstance(limit, int) and limit > 0:
         coherent = first_tokens(coherent, limit)     # Genie stops generating at dialog.max-num-tokens

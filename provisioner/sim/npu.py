@@ -239,8 +239,7 @@ def answer(loaded: Loaded, prompt: str, max_tokens: int, mode: str) -> tuple[out
 def modelled_text(prompt: str) -> str:
     """The modelled model's whole answer: a call in the family's syntax for a tool prompt a declared tool
     answers, JSON when the prompt asks for it, else the coherent text answer."""
-    text = outcome.answer_for(prompt)
-    return tool_replies.tool_reply(prompt) or tool_replies.json_reply(prompt, text) or text
+    return tool_replies.modelled_answer(prompt)
 
 
 def _read_payload(inp: BinaryIO, n: int) -> str:

@@ -30,6 +30,8 @@ import json
 import re
 from typing import Any
 
+from provisioner.sim.npu_outcome import answer_for
+
 _LLAMA_TURN = re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|<\|eom_id\|>|$)", re.S)
 _CHATML_TURN = re.compile(r"<\|im_start\|>(\w+)\n?(.*?)(?:<\|im_end\|>|$)", re.S)
 _PLACE = re.compile(r"\b(?:in|for|at|of|from)\s+([A-Z][\w'-]*(?:[ ,]+[A-Z][\w'-]*)*)")
@@ -275,3 +277,10 @@ def json_reply(prompt: str, answer: str) -> str | None:
             pass
         return json.dumps({"answer": answer})
     return None
+
+
+def modelled_answer(prompt: str) -> str:
+    """The modelled model's whole answer: a call in the family's syntax for a tool prompt a declared tool
+    answers, JSON when the prompt asks for it, else the coherent text answer (npu_outcome.answer_for)."""
+    text = answer_for(prompt)
+    return tool_reply(prompt) or json_reply(prompt, text) or text
