@@ -65,22 +65,37 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
         result["msg"] = f"{result.get('msg', '')}; eval " + ", ".join(
             f"{m} {r['score']:.2f}" for m, r in report["models"].items())
         return result
-    back = [m for m in models if m.get("name") in failed]
-    expects = {m["name"]: version_switch.gate_expect(str(args.get("board") or ""), args.get("board_facts"), models,
-                                                   args.get("prompt"), m["name"]) for m in back}
-    rolled = action._run({}, task_vars, "rollback", {}, back, expects, health_gate, False, serve)
-    if rolled.get("unreachable"):
-        return rolled
-    marks = [{"op": "unlink", "path": f"{deploy_index.model_paths(n)['dir']}/{moved[n]['version']}"
-                                     f"{deploy_index.COMMITTED}"} for n in failed]
-    action._call({"mode": "apply", "ops": marks}, task_vars)
-    outcome = "; ".join(f"{n} {moved[n]['version']} rolled back to {moved[n].get('from') or 'nothing'}"
-                        for n in failed) if not rolled.get("failed") else f"rollback failed: {rolled.get('msg')}"
-    result["edge_llm"].append(rolled.get("edge_llm") or {"kind": "rollback", "ok": False})
+    # a version that fails the gate does not serve: back to the one before it (the rollback mode), or, on a first
+    # install, nothing at all (current removed, the instance stopped), as the smoke gate's fallback does
+    back = [m for m in models if m.get("name") in failed and moved[m["name"]].get("from")]
+    alone = [n for n in failed if not moved[n].get("from")]
+    outcomes = []
+    rolled = {}
+    if back:
+        expects = {m["name"]: version_switch.gate_expect(str(args.get("board") or ""), args.get("board_facts"),
+                                                         models, args.get("prompt"), m["name"]) for m in back}
+        rolled = action._run({}, task_vars, "rollback", {}, back, expects, health_gate, False, serve)
+        if rolled.get("unreachable"):
+            return rolled
+        outcomes += ([f"{m['name']} {moved[m['name']]['version']} rolled back to {moved[m['name']]['from']}"
+                      for m in back] if not rolled.get("failed") else [f"rollback failed: {rolled.get('msg')}"])
+    ops = [{"op": "unlink", "path": f"{deploy_index.model_paths(n)['dir']}/{moved[n]['version']}"
+                                   f"{deploy_index.COMMITTED}"} for n in failed]
+    for n in alone:
+        paths = deploy_index.model_paths(n)
+        ops += [{"op": "unlink", "path": paths["current"]}, {"op": "stop", "unit": paths["unit"]}]
+        outcomes.append(f"{n} {moved[n]['version']}: no version to fall back to, current removed, {paths['unit']} "
+                        "stopped")
+    done = action._call({"mode": "apply", "ops": ops}, task_vars)
+    if done.get("unreachable"):
+        return done
+    if done.get("failed"):
+        outcomes.append(f"taking the failed version off failed: {done.get('msg')}")
+    result["edge_llm"].append(rolled.get("edge_llm") or {"kind": "rollback", "ok": not alone and bool(back),
+                                                         "done": done.get("done") or []})
     result.update(failed=True, changed=True,
-                  msg=f"eval gate failed, {outcome}: {'; '.join(report['failures'])}")
+                  msg=f"eval gate failed, {'; '.join(outcomes)}: {'; '.join(report['failures'])}")
     return result
-
 
 def in_update_os_gate(action, task_vars, serve, verdict):
     """The update-os gate's eval step, once the board passed its other checks: every enabled instance of
