@@ -28,8 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from provisioner import context  # noqa: E402
 from provisioner.eval.suite import load_suite  # noqa: E402
-from provisioner.fleet.runner import ansible_env, run_fleet  # noqa: E402
+from provisioner.fleet.runner import FleetOptions, ansible_env, run_fleet  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port  # noqa: E402
 
@@ -66,7 +67,7 @@ def main() -> int:
         t0 = time.monotonic()
         fleet = build_fleet(base / "sim", specs, cache=base / "cache", base_index=900)
         try:
-            launched = run_fleet("launch", fleet.inventory, forks=n)
+            launched = run_fleet("launch", fleet.inventory, context.current(), FleetOptions(forks=n))
             up = sum(r.verdict == "pass" for r in launched.rows)
             print(f"{n} boards started and launched in {time.monotonic() - t0:.1f} s ({up} serving)")
             report = base / "eval.json"

@@ -28,11 +28,11 @@ from typing import Any  # noqa: E402
 
 import yaml  # noqa: E402
 
-from provisioner import catalog  # noqa: E402
+from provisioner import catalog, context  # noqa: E402
 from provisioner.contracts import board as on_board  # noqa: E402
 from provisioner.errors import FleetError  # noqa: E402
 from provisioner.fleet import run_fleet  # noqa: E402
-from provisioner.fleet.runner import EventCollector, ansible_env  # noqa: E402
+from provisioner.fleet.runner import EventCollector, FleetOptions, ansible_env  # noqa: E402
 from provisioner.fleet.shared import deploy_index  # noqa: E402
 from provisioner.fleet.shared.inventory import group_name  # noqa: E402
 from provisioner.hashing import sha256_file  # noqa: E402
@@ -121,7 +121,8 @@ def deploy(fleet: Fleet, art: Server, board: str, on_event: Callable[[dict], Non
     """Deploy what the server's newest release folder (``art.sub``) holds, as ``fleet deploy`` does."""
     index = deploy_index.build_index(art.root / art.sub, f"{art.url}/{art.sub}")
     ev = {"edge_llm_deploy_index": index, "edge_llm_deploy_serial": "100%"}
-    return run_fleet("deploy", fleet.inventory, limit=board, extra_vars=ev, on_event=on_event)
+    return run_fleet("deploy", fleet.inventory, context.current(), FleetOptions(limit=board, extra_vars=ev),
+                     on_event=on_event)
 
 
 def _kill_controller(fleet: Fleet) -> None:
@@ -204,7 +205,7 @@ def uncommitted_current(fleet: Fleet, art: Server) -> Row:
 
 def failed_first_install(fleet: Fleet, art: Server) -> Row:
     try:
-        launched = run_fleet("launch", fleet.inventory, limit="dep").row("dep").verdict
+        launched = run_fleet("launch", fleet.inventory, context.current(), FleetOptions(limit="dep")).row("dep").verdict
     except FleetError as exc:
         launched = f"launch failed: {str(exc)[:60]}"
     for link in ("current", deploy_index.PREVIOUS):          # the model was never on this board
@@ -259,7 +260,7 @@ def events_detail(work: Path) -> Row:
     col = EventCollector(events.append)
     exe = str(Path(sys.executable).parent / "ansible-playbook")
     res = run_streaming([exe, "-i", str(work / "local.ini"), str(work / "health.yml")], on_line=col.line,
-                        env=ansible_env(), timeout_s=120)
+                        env=ansible_env(base=context.current().env), timeout_s=120)
     noise = [ln for ln in col.other if "multiple values" in ln or "callback" in ln.lower()]
     b = col.hosts.get("board-1")
     hostev = [(e["status"], e.get("http_status")) for e in events if e.get("event") == "host"]

@@ -64,6 +64,7 @@ from collections.abc import Callable  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from typing import Any  # noqa: E402
 
+from provisioner import context  # noqa: E402
 from provisioner.contracts import board as on_board  # noqa: E402
 from provisioner.fleet.shared.onboard import SERVE_SCRIPT, serve  # noqa: E402
 from provisioner.hashing import sha256_file  # noqa: E402
@@ -502,7 +503,7 @@ class Lab:
                                      machine=machine)
         rel = self.work / "rel-iq9075-os-1"
         rel.mkdir()
-        ota = collect(tarball, rel, machine)
+        ota = collect(tarball, rel, machine, env=context.current().env)
         (rel / "release.json").write_text(json.dumps({"format": 1, "release": "iq9075-os-1", "board": machine,
                                                       "ota": ota}))
         return rel

@@ -16,6 +16,7 @@ import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+from provisioner import context  # noqa: E402
 from provisioner.rehearse import Rehearsal, RehearsalOptions  # noqa: E402
 from provisioner.ui import Reporter  # noqa: E402
 
@@ -23,7 +24,8 @@ from provisioner.ui import Reporter  # noqa: E402
 def run(boards: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix=f"bench-rehearse-{boards}-") as tmp:
         t0 = time.monotonic()
-        report = Rehearsal(RehearsalOptions(boards=boards, work_dir=Path(tmp)), Reporter(quiet=True)).run()
+        ctx = context.current(Reporter(quiet=True))
+        report = Rehearsal(RehearsalOptions(boards=boards, work_dir=Path(tmp)), ctx).run()
         total = time.monotonic() - t0
     stages = {s.name: s.duration_s for s in report.steps}
     stages["TOTAL"] = total

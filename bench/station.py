@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
+from provisioner import context  # noqa: E402
 from provisioner.image.release import write_release  # noqa: E402
 from provisioner.manifest import load_manifest  # noqa: E402
 from provisioner.sim.board import VirtualBoard  # noqa: E402
@@ -65,7 +66,7 @@ def main() -> int:
             c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.monotonic()
             with Records(cfg.database) as rec:
-                run = flash_release(release, cfg, FlashOptions(all_boards=True), records=rec)
+                run = flash_release(release, cfg, context.current(), FlashOptions(all_boards=True), records=rec)
             wall = time.monotonic() - t0
             r1 = resource.getrusage(resource.RUSAGE_SELF)
             c1 = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -22,6 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's provisioner and tests/
 
+from provisioner import context  # noqa: E402
 from provisioner.sim.board import VirtualBoard  # noqa: E402
 from provisioner.sim.qdl import install_wrappers  # noqa: E402
 from provisioner.station import feed  # noqa: E402
@@ -115,8 +116,8 @@ class Station:
             b.set_state("edl")
         c0, t0 = _cpu_self(), time.monotonic()
         with Records(self.config.database) as rec:
-            run = flash_release(release, self.config, FlashOptions(serials=tuple(b.serial for b in chosen),
-                                                                   retries=0), records=rec)
+            run = flash_release(release, self.config, context.current(),
+                                FlashOptions(serials=tuple(b.serial for b in chosen), retries=0), records=rec)
         return _cpu_self() - c0, time.monotonic() - t0, run
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's provisioner and tests/ before an installed copy
 
+from provisioner import context  # noqa: E402
 from provisioner.contracts.release import load_release  # noqa: E402
 from provisioner.fleet.benchmark import measure  # noqa: E402
 from provisioner.image.release import write_release  # noqa: E402
@@ -58,8 +59,8 @@ def main() -> int:
         print(f"{args.boards} virtual IQ-8275 boards, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
         with Records(cfg.database) as rec:
             t0 = time.monotonic()
-            run = flash_release(release, cfg, FlashOptions(serials=tuple(b.serial for b in boards), boot_check=True,
-                                                           boot_timeout_s=120), records=rec)
+            options = FlashOptions(serials=tuple(b.serial for b in boards), boot_check=True, boot_timeout_s=120)
+            run = flash_release(release, cfg, context.current(), options, records=rec)
             flash_s = time.monotonic() - t0
             if not run.ok:
                 print("flash failed:", [r.error for r in run.failed], file=sys.stderr)
@@ -70,7 +71,7 @@ def main() -> int:
                     "ansible_python_interpreter": "/run/edge-llm-sim/python3"}
             t1 = time.monotonic()
             with load_release(release, hash_files=False) as rel:
-                got = measure(rec, rel, attempts, addresses=cfg.addresses, connection=conn)
+                got = measure(rec, rel, attempts, context.current(), addresses=cfg.addresses, connection=conn)
             base_s = time.monotonic() - t1
         ok = [m for m in got if m.baseline]
         print(f"flash + boot check (identity from the banner, {keys} host keys read): {flash_s:.1f} s")

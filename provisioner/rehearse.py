@@ -39,7 +39,6 @@ from provisioner.rehearse_lanes import (
     split_boards,
 )
 from provisioner.steps import Listener, Step, StepRunner
-from provisioner.ui import Reporter
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 BUILTIN_EXAMPLES = ("gemma4-e2b-iq8275.yaml", "nemotron-nano-iq9075.yaml")
@@ -69,11 +68,12 @@ def check_options(manifests: tuple[Path, ...], boards: int, faults: tuple[str, .
 class Rehearsal:
     """The rehearsal as named steps over shared state (the lanes, the sim root, the work dir)."""
 
-    def __init__(self, options: RehearsalOptions, reporter: Reporter | None = None) -> None:
+    def __init__(self, options: RehearsalOptions, ctx: context.RunContext) -> None:
         check_options(options.manifests, options.boards, options.faults)
         self.o = options
-        self.r = reporter or Reporter()
-        self.work = Path(options.work_dir or Path.cwd() / "rehearsal").resolve()
+        self.ctx = ctx
+        self.r = ctx.reporter
+        self.work = Path(options.work_dir or ctx.work_dir / "rehearsal").resolve()
         self.sim_root = Path(options.sim_root or self.work / "sim").resolve()
         self.lanes: list[Lane] = []
         self.inventory = self.work / "inventory.yml"
@@ -259,9 +259,9 @@ class Rehearsal:
         from provisioner.image.build import build
 
         for lane in self.lanes:
-            setup = build(lane.manifest.path, self.work / "releases", dry_run=True,
-                          reporter=Reporter(quiet=True), host_config={"engine": "docker"},
-                          env={"KAS_CONTAINER_ENGINE": "docker", **context.environ()})
+            ctx = context.RunContext({"KAS_CONTAINER_ENGINE": "docker", **self.ctx.env}, self.ctx.work_dir)
+            setup = build(lane.manifest.path, self.work / "releases", ctx, dry_run=True,
+                          host_config={"engine": "docker"})
             lane.build_command = setup.command_line()
         return f"{len(self.lanes)} kas-container command(s) planned (see rehearsal.json)"
 
@@ -345,7 +345,7 @@ class Rehearsal:
 
         def to_edl(serial: str) -> str | None:
             try:
-                with ConsoleDriver(self._console(serial), credential=cred) as con:
+                with ConsoleDriver(self._console(serial), env=self.ctx.env, credential=cred) as con:
                     con.reboot_edl()
             except UserError as exc:
                 return f"{serial}: {exc.message}"
@@ -389,7 +389,7 @@ class Rehearsal:
             assert lane.release_dir is not None
             options = FlashOptions(serials=tuple(lane.serials), board_id=lane.board.id, boot_check=True,
                                    timeout_s=300)
-            run = flash_release(lane.release_dir, config, options, records=records, stop=stop)
+            run = flash_release(lane.release_dir, config, self.ctx, options, records=records, stop=stop)
             return [f"{b.serial}: {b.error}" for b in run.failed]
 
         # One station, one records database, every lane's release at once: each board has its own
@@ -470,11 +470,11 @@ class Rehearsal:
                 pin_inventory(inv, rec, self.work / "fleet")
 
     def step_verify(self) -> str:
-        from provisioner.fleet.runner import run_fleet
+        from provisioner.fleet.runner import FleetOptions, run_fleet
 
         inv = self._write_inventory()
-        report = run_fleet("verify", inv, report_path=self.work / "verify.json",
-                           log_path=self.work / "verify.log")
+        report = run_fleet("verify", inv, self.ctx,
+                           FleetOptions(report_path=self.work / "verify.json", log_path=self.work / "verify.log"))
         self.fleet_reports["verify"] = report
         for row in report.rows:
             if row.verdict != "pass":
@@ -489,11 +489,12 @@ class Rehearsal:
         return [r.board for r in report.rows if r.verdict == "pass"]
 
     def step_launch(self) -> str:
-        from provisioner.fleet.runner import run_fleet
+        from provisioner.fleet.runner import FleetOptions, run_fleet
 
         healthy = self._healthy_hosts()
-        report = run_fleet("launch", self.inventory, limit=",".join(healthy),
-                           report_path=self.work / "launch.json", log_path=self.work / "launch.log")
+        report = run_fleet("launch", self.inventory, self.ctx,
+                           FleetOptions(limit=",".join(healthy), report_path=self.work / "launch.json",
+                                        log_path=self.work / "launch.log"))
         self.fleet_reports["launch"] = report
         bad = [f"{r.board}: {r.reason}" for r in report.rows if r.verdict != "pass"]
         if bad:

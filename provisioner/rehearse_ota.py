@@ -28,7 +28,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioner import context
 from provisioner.contracts import board as on_board
 from provisioner.contracts.release_document import OtaEntry, ReleaseDocument, read_release_json, write_release_json
 from provisioner.steps import Step
@@ -101,8 +100,8 @@ class OtaRehearsal:
         out = []
         for lane in self.r.lanes:
             release = lane.manifest.release
-            publish(self.base[release][0], self.repo, env=context.environ())
-            res = publish(self.new[release][0], self.repo, env=context.environ())
+            publish(self.base[release][0], self.repo, self.r.ctx)
+            res = publish(self.new[release][0], self.repo, self.r.ctx)
             out.append(f"{res.release}: delta from {', '.join(d[:12] for d in res.deltas) or 'none'}")
         return f"{self.repo}: " + "; ".join(out)
 
@@ -126,7 +125,7 @@ class OtaRehearsal:
 
     def step_update(self) -> str:
         from provisioner.contracts.inventory import group_name
-        from provisioner.fleet.runner import run_fleet
+        from provisioner.fleet.runner import FleetOptions, run_fleet
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(self.repo)))
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -136,14 +135,14 @@ class OtaRehearsal:
                 release, commit = self.new[lane.manifest.release]
                 doc = read_release_json(release)
                 ota = doc.ota_entry(release)
-                report = run_fleet(
-                    "update-os", self.r.inventory, limit=group_name(lane.board.id),
-                    extra_vars={**SIM_VARS, "edge_llm_update_os_repo_url": url,
-                                "edge_llm_update_os_branch": ota.branch, "edge_llm_update_os_commit": commit,
-                                "edge_llm_update_os_serial": 1, "edge_llm_update_os_max_fail_percentage": 100,
-                                "edge_llm_expected_build_id": doc.release},
-                    report_path=self.dir / f"update-os-{lane.manifest.release}.json",
-                    log_path=self.dir / f"update-os-{lane.manifest.release}.log")
+                ev = {**SIM_VARS, "edge_llm_update_os_repo_url": url,
+                      "edge_llm_update_os_branch": ota.branch, "edge_llm_update_os_commit": commit,
+                      "edge_llm_update_os_serial": 1, "edge_llm_update_os_max_fail_percentage": 100,
+                      "edge_llm_expected_build_id": doc.release}
+                report = run_fleet("update-os", self.r.inventory, self.r.ctx,
+                                   FleetOptions(limit=group_name(lane.board.id), extra_vars=ev,
+                                                report_path=self.dir / f"update-os-{lane.manifest.release}.json",
+                                                log_path=self.dir / f"update-os-{lane.manifest.release}.log"))
                 for row in report.rows:
                     uo = (row.details or {}).get("update_os") or {}
                     self.rows[row.board] = {"outcome": uo.get("outcome") or row.verdict, "from": uo.get("from"),
@@ -190,7 +189,8 @@ class OtaRehearsal:
         rel = self.dir / "releases" / release_id
         shutil.rmtree(rel, ignore_errors=True)
         rel.mkdir(parents=True)
-        ota = OtaEntry.from_json({**collect(tarball, rel, machine), "kargs": ota_kargs(lane.manifest)},  # as the build
+        ota = OtaEntry.from_json({**collect(tarball, rel, machine, env=self.r.ctx.env),  # as the build
+                                  "kargs": ota_kargs(lane.manifest)},
                                  rel)
         write_release_json(rel, ReleaseDocument(release=release_id, board=lane.board.id, ota=ota))
         return rel, commit
@@ -276,6 +276,6 @@ def keep_board_etc(rootfs: Path, deploy_dir: Path) -> None:
 
 def unfreeze(path: Path) -> None:
     """``chattr -R -i``: what ``ostree admin deploy`` made immutable may be removed again."""
-    if path.exists() and shutil.which("chattr"):
-        subprocess.run(["chattr", "-R", "-i", str(path)], check=False, capture_output=True,
-                       env={"PATH": context.environ().get("PATH", "/usr/bin:/bin")})
+    chattr = shutil.which("chattr")
+    if path.exists() and chattr:
+        subprocess.run([chattr, "-R", "-i", str(path)], check=False, capture_output=True, env={})   # needs no env

@@ -20,7 +20,7 @@ def test_console_password_is_a_private_file_and_no_child_inherits_it(tmp_path, m
     job = SimpleNamespace(lanes=[SimpleNamespace(serials=["SIM0001"])], sim_root=tmp_path, _cred=None)
     before = dict(os.environ)
     cred = rehearse.Rehearsal._credential(job)
-    assert cred.secret() == secret                                   # the station still logs in
+    assert cred.secret({}) == secret                                 # the station still logs in
     assert os.environ == before                                      # nothing was added to our environment
     child = subprocess.run([sys.executable, "-c", "import os; print(repr(dict(os.environ)))"],
                            capture_output=True, text=True, check=True).stdout

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import catalog, context
+from provisioner import catalog
+from provisioner.context import RunContext
 from provisioner.errors import FetchError, UserError
 from provisioner.hashing import LICENSE_MD5_SUFFIX, SHA256_SUFFIX, write_sidecar
 from provisioner.manifest import Manifest
@@ -97,8 +98,9 @@ class _Credentials:
     origin the token is for); every other URL of the item is a mirror.
     """
 
-    def __init__(self, home: str, trust_env: bool = True) -> None:
+    def __init__(self, home: str, token: str | None = None, trust_env: bool = True) -> None:
         self.home = origin(home)
+        self.token = token          # the run's $PROVISIONER_HTTP_TOKEN (never copied into a child's environment)
         self.trust_env = trust_env
 
     def __call__(self, r: Any) -> Any:
@@ -115,9 +117,8 @@ class _Credentials:
         netrc = requests.utils.get_netrc_auth(url) if self.trust_env else None
         if netrc:  # ~/.netrc names its host (``machine``): that host gets them
             return requests.auth.HTTPBasicAuth(*netrc)(r)
-        token = context.environ().get(TOKEN_ENV)   # never copied into a child's environment
-        if token and at == self.home:
-            r.headers["Authorization"] = f"Bearer {token}"
+        if self.token and at == self.home:
+            r.headers["Authorization"] = f"Bearer {self.token}"
         return r
 
 
@@ -161,10 +162,13 @@ def fetch_list(manifest: Manifest, *, models_only: bool = False) -> list[FetchIt
     return items
 
 
-def fetch_all(items: list[FetchItem], dl_dir: Path, *, reporter: Reporter | None = None, progress: bool = True,
+def fetch_all(items: list[FetchItem], dl_dir: Path, ctx: RunContext, *, progress: bool = True,
               timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> list[FetchResult]:
-    """Fetch every item into ``dl_dir``; stop at the first item no source can deliver."""
-    reporter = reporter or Reporter()
+    """Fetch every item into ``dl_dir``; stop at the first item no source can deliver.
+
+    ``ctx`` is the run: its reporter shows each file, its ``$PROVISIONER_HTTP_TOKEN`` goes to each file's
+    own origin (:class:`_Credentials`)."""
+    reporter, token = ctx.reporter, ctx.env.get(TOKEN_ENV)
     dl_dir.mkdir(parents=True, exist_ok=True)
     import requests
 
@@ -176,7 +180,8 @@ def fetch_all(items: list[FetchItem], dl_dir: Path, *, reporter: Reporter | None
         if bar:
             bar.start()
         for item in items:
-            results.append(fetch_one(item, dl_dir, session=session, reporter=reporter, bar=bar, timeout=timeout))
+            results.append(fetch_one(item, dl_dir, session=session, reporter=reporter, bar=bar, timeout=timeout,
+                                     token=token))
     finally:
         if bar:
             bar.stop()
@@ -210,8 +215,9 @@ def _hash_existing(path: Path) -> tuple[Any, int]:
 
 
 def fetch_one(item: FetchItem, dl_dir: Path, *, session: Any = None, reporter: Reporter | None = None,
-              bar: Any = None, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> FetchResult:
-    """Download one item (mirrors in order), resuming a ``.part`` file, verifying size and sha256."""
+              bar: Any = None, timeout: tuple[float, float] = DEFAULT_TIMEOUT, token: str | None = None) -> FetchResult:
+    """Download one item (mirrors in order), resuming a ``.part`` file, verifying size and sha256; ``token``
+    (the run's ``$PROVISIONER_HTTP_TOKEN``) goes to the item's own origin only."""
     reporter = reporter or Reporter(quiet=True)
     if session is None:
         import requests
@@ -242,8 +248,8 @@ def fetch_one(item: FetchItem, dl_dir: Path, *, session: Any = None, reporter: R
     errors: list[str] = []
     for url in item.urls:
         try:
-            transferred, resumed, digest = _download(item, url, part, session, bar, timeout, reporter,
-                                                     _Credentials(item.home, getattr(session, "trust_env", True)))
+            auth = _Credentials(item.home, token, getattr(session, "trust_env", True))
+            transferred, resumed, digest = _download(item, url, part, session, bar, timeout, reporter, auth)
         except _SourceFailed as exc:
             errors.append(str(exc))
             if len(item.urls) > 1:

@@ -32,12 +32,14 @@ def command(manifest: Path, out_dir: Path | None, config: Path | None, dry_run: 
 
     reporter = Reporter(quiet=as_json)
     out_dir = out_dir if out_dir is not None else default_out(manifest)
-    ctx = context.current()
+    ctx = context.current(reporter)
     host = load_host_config(config, env=ctx.env) if config else None
+    from functools import partial
+
     from provisioner.ota.commit import collect as collect_ota
 
-    result = build(manifest, out_dir, dry_run=dry_run, reporter=reporter, host_config=host, env=ctx.env,
-                   ota_collector=collect_ota)
+    result = build(manifest, out_dir, ctx, dry_run=dry_run, host_config=host,
+                   ota_collector=partial(collect_ota, env=ctx.env))
     if isinstance(result, BuildSetup):
         if as_json:
             print_json(result.as_dict())

@@ -48,7 +48,7 @@ def serve_cmd(sstate_dir: Path | None, port: int, hashserv_port: int, bind: str,
     if sstate_dir is None:
         sstate_dir = Path(host.get("sstate_dir") or ctx.cache_dir / "sstate")
     work = host.get("work_dir") or ctx.cache_dir / "kas"
-    exe = cache.find_hashserv(bitbake_dir=bitbake_dir, work_dir=Path(work))
+    exe = cache.find_hashserv(ctx.env, bitbake_dir=bitbake_dir, work_dir=Path(work))
     reporter = Reporter(quiet=as_json)
 
     def ready(svc: cache.CacheService) -> None:
@@ -73,6 +73,7 @@ def serve_cmd(sstate_dir: Path | None, port: int, hashserv_port: int, bind: str,
                           "Ctrl-C stops the servers.")
         stdout.print(svc.snippet(), markup=False, end="")
 
-    cache.serve(sstate_dir, on_ready=ready, bind=bind, http_port=port, hashserv_port=hashserv_port,
-                write_bind=write_bind, write_port=write_port, advertise=advertise, db=db, hashserv_exe=exe,
-                read_only_hashserv=read_only_hashserv, upstream=upstream)
+    cache.serve(sstate_dir, ctx.with_reporter(reporter),
+                cache.CacheOptions(bind=bind, http_port=port, hashserv_port=hashserv_port, write_bind=write_bind,
+                                   write_port=write_port, advertise=advertise, db=db, hashserv_exe=exe,
+                                   read_only_hashserv=read_only_hashserv, upstream=upstream), on_ready=ready)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from provisioner import context
 from provisioner.errors import CheckFailed
 from provisioner.station.config import Credential, load_config
 from provisioner.station.console import ConsoleDriver
@@ -37,7 +38,8 @@ def command(port: str, login: bool, commands: tuple[str, ...], edl: bool, identi
     cred = Credential(env=None, file=password_file, user=cfg.credential.user) if password_file else cfg.credential
     out: dict = {"port": port}
     failed = []
-    with ConsoleDriver(port, baudrate=baudrate or cfg.baudrate, credential=cred, prompt_timeout_s=timeout_s) as con:
+    with ConsoleDriver(port, env=context.current().env, baudrate=baudrate or cfg.baudrate, credential=cred,
+                       prompt_timeout_s=timeout_s) as con:
         con.ensure_shell()
         out["logged_in"] = True
         if download_mode is not None:

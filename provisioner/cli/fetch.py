@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from provisioner import ui
+from provisioner import context, ui
 from provisioner.artifacts.fetch import downloads_dir, fetch_all, fetch_list
 from provisioner.manifest import load_manifest
 
@@ -24,9 +24,10 @@ def command(manifest: Path, dl_dir: Path | None, models_only: bool, timeout: flo
     target = downloads_dir(m, dl_dir.resolve() if dl_dir else None)
     items = fetch_list(m, models_only=models_only)
     reporter = ui.Reporter(quiet=as_json)
+    ctx = context.current(reporter)
     if not items:
         reporter.info("nothing to fetch (models have local paths and --models-only was given)")
-    results = fetch_all(items, target, reporter=reporter, progress=not as_json and ui.stderr.is_terminal,
+    results = fetch_all(items, target, ctx, progress=not as_json and ui.stderr.is_terminal,
                         timeout=(min(timeout, 10.0), timeout))
     if as_json:
         ui.print_json({"dl_dir": str(target), "files": [r.as_dict() for r in results]})

@@ -72,13 +72,16 @@ class Progress:
 def _run(action: str, inventory: Path, limit: str | None, report: Path | None, extra: tuple[str, ...],
          as_json: bool, dry_run: bool, forks: int | None, timeout_s: float | None, log: Path | None,
          extra_vars: dict[str, Any] | None = None) -> None:
-    from provisioner.fleet.runner import run_fleet
+    from provisioner import context
+    from provisioner.fleet.runner import FleetOptions, run_fleet
     from provisioner.fleet.shared.report import COLUMNS
 
     rep = Reporter(quiet=as_json)
     rep.step(f"fleet {action}: {inventory}" + (f" (limit {limit})" if limit else "") + (" --check" if dry_run else ""))
-    result = run_fleet(action, inventory, limit=limit, extra_vars=extra_vars, extra_args=extra, report_path=report,
-                       dry_run=dry_run, forks=forks, on_event=Progress(rep, 0), log_path=log, timeout_s=timeout_s)
+    result = run_fleet(action, inventory, context.current(rep),
+                       FleetOptions(limit=limit, extra_vars=extra_vars, extra_args=extra, report_path=report,
+                                    dry_run=dry_run, forks=forks, log_path=log, timeout_s=timeout_s),
+                       on_event=Progress(rep, 0))
     if as_json:
         print_json(result.as_dict())
     else:

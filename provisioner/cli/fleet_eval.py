@@ -27,7 +27,9 @@ def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tup
     """Ask every board's serving models the suite through their OpenAI API (fleet launch first) and score
     the answers: per board and model, per category, with the worst failures. With --report, the JSON and
     CSV of the scores go beside it (<name>.eval.json, <name>.eval.csv)."""
+    from provisioner import context
     from provisioner.eval.suite import load_suite
+    from provisioner.fleet.runner import FleetOptions
     from provisioner.fleet.shared.eval_report import run_eval
     from provisioner.fleet.shared.report import visible_text
 
@@ -45,8 +47,9 @@ def eval_cmd(inventory: Path, limit: str | None, report: Path | None, extra: tup
     if dry_run:
         rep.info("--check: nothing is asked; the suite is valid")
         return
-    result = run_eval(inventory, loaded, min_score, limit=limit, report_path=report, forks=forks, extra_args=extra,
-                      on_event=Progress(rep, 0), log_path=log, timeout_s=timeout_s)
+    result = run_eval(inventory, loaded, min_score, context.current(rep),
+                      FleetOptions(limit=limit, report_path=report, forks=forks, extra_args=extra, log_path=log,
+                                   timeout_s=timeout_s), on_event=Progress(rep, 0))
     if as_json:
         print_json(result.as_dict())
     else:

@@ -33,8 +33,8 @@ def publish_cmd(release: Path, repo: Path, from_revs: tuple[str, ...], gpg_key_f
     from provisioner import context
     from provisioner.ota.publish import publish
 
-    result = publish(release, repo, from_revs=from_revs, gpg_key_file=gpg_key_file,
-                     ed25519_key_file=ed25519_key_file, env=context.current().env)
+    result = publish(release, repo, context.current(), from_revs=from_revs, gpg_key_file=gpg_key_file,
+                     ed25519_key_file=ed25519_key_file)
     if as_json:
         print_json(result.as_dict())
         return

@@ -31,11 +31,12 @@ def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], k
     parallel flash -> boot check -> fleet verify -> fleet launch -> one completion per board
     (--ota: -> ota release -> ota publish -> ota boards -> fleet update-os).
     """
+    from provisioner import context
     from provisioner.rehearse import Rehearsal, RehearsalOptions
 
     reporter = Reporter(quiet=as_json)
     rehearsal = Rehearsal(RehearsalOptions(manifests=manifests, boards=boards, faults=faults, keep=keep,
-                                           work_dir=work_dir, ota=ota), reporter)
+                                           work_dir=work_dir, ota=ota), context.current(reporter))
 
     def on_event(ev: StepEvent) -> None:
         if as_json:

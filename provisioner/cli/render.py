@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from provisioner import context
 from provisioner.image.render import parse_repo_override, render, validate_with_kas
 from provisioner.manifest import load_manifest
 from provisioner.ui import print_json, stderr, stdout
@@ -33,7 +34,7 @@ def command(manifest: Path, out_dir: Path, includes: tuple[str, ...], overrides:
     repo_overrides = dict(parse_repo_override(o) for o in overrides)
     result = render(m, out_dir, repo_overrides=repo_overrides, extra_includes=includes, inspect=not no_inspect)
     if validate:
-        validate_with_kas(result, work_dir=kas_work_dir)
+        validate_with_kas(result, env=context.current().env, work_dir=kas_work_dir)
     if as_json:
         print_json({**result.as_dict(), "validated": validate})
         return

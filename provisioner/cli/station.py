@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from provisioner import context
 from provisioner.errors import CheckFailed, StationError
 from provisioner.station.bundle import preflight as run_preflight
 from provisioner.station.config import StationConfig, load_config, load_slots
@@ -74,9 +75,9 @@ def scan_cmd(config: Path | None, sysfs_root: Path | None, slots: Path | None, c
     cfg = _config(config, sysfs_root, slots, db=db)
     if db or cfg.source is not None:
         with Records(cfg.database, writer=False) as records:
-            result = scan(cfg, list(consoles), records=records)
+            result = scan(cfg, list(consoles), env=context.current().env, records=records)
     else:
-        result = scan(cfg, list(consoles))
+        result = scan(cfg, list(consoles), env=context.current().env)
     if as_json:
         print_json(result.as_dict())
         return
@@ -148,16 +149,17 @@ def flash_cmd(release: Path, serials: tuple[str, ...], all_boards: bool, board_i
                            timeout_s=timeout_s, retries=retries, reappear_timeout_s=reappear_timeout,
                            boot_timeout_s=boot_timeout, boot_check=boot_check, allow_old_qdl=allow_old_qdl)
     rep = Reporter(quiet=as_json)
+    ctx = context.current(rep)
     # the central history (if any) is fed from the local database in the background: never waited for
-    with Records(cfg.database) as records, forwarding(cfg.database, cfg.central, report=rep.warn) as fwd:
+    with Records(cfg.database) as records, forwarding(cfg.database, cfg.central, ctx.env, report=rep.warn) as fwd:
         for note in records.recovery_notes:  # attempts an earlier crash left open, settled at open
             rep.warn(note)
         progress = LiveProgress(stderr, list(serials)) if not as_json else None
         if progress:
             with progress:
-                run = flash_release(release, cfg, options, listener=progress, records=records)
+                run = flash_release(release, cfg, ctx, options, listener=progress, records=records)
         else:
-            run = flash_release(release, cfg, options, records=records)
+            run = flash_release(release, cfg, ctx, options, records=records)
         if cfg.baseline and boot_check:
             _factory_baselines(release, cfg, run, records, rep)
     if fwd is not None and fwd.status.backlog:
@@ -187,7 +189,8 @@ def _factory_baselines(release: Path, cfg: StationConfig, run: Any, records: Rec
         return
     rep.step(f"factory baseline: one smoke inference on {len(attempts)} board(s)")
     with load_release(release, hash_files=False) as rel:
-        for m in measure(records, rel, attempts, addresses=cfg.addresses, connection=cfg.baseline_connection):
+        for m in measure(records, rel, attempts, context.current(rep), addresses=cfg.addresses,
+                         connection=cfg.baseline_connection):
             if m.baseline:
                 b = m.baseline
                 ttft = f", TTFT {b['ttft_s']:.2f} s" if b.get("ttft_s") is not None else ""
@@ -211,7 +214,7 @@ def history_cmd(serial: str | None, release: str | None, outcome: str | None, st
     """Flash attempts, newest first: every station's when station.yaml names a central database."""
     cfg = _config(config, db=db)
     hist = read_history(cfg, serial=serial, release=release, outcome=outcome, station=station_name, limit=limit,
-                        local=local)
+                        local=local, env=context.current().env)
     rows = hist.rows
     if as_json:
         print_json(rows)
@@ -240,7 +243,7 @@ def forward_cmd(db: Path | None, config: Path | None, as_json: bool) -> None:
         raise StationError(f"no station database at {cfg.database}", "flash a board first or pass --db")
     with Records(cfg.database, writer=False):
         pass  # settles attempts a dead station left running, so they are forwarded too
-    outbox, central = Outbox(cfg.database), Central(cfg.central)
+    outbox, central = Outbox(cfg.database), Central(cfg.central, context.current().env)
     try:
         st = forward_once(outbox, central)
     finally:
@@ -319,12 +322,12 @@ def dashboard_cmd(bind: str, port: int, token_file: Path | None, db: Path | None
         who = "Browsers log in with the token. " if token else "This host only. "
         rep.info(f"Read-only. {who}Ctrl-C stops.")
 
-    serve(cfg, settings, on_ready=ready, reader=history_reader(cfg), searcher=history_reader(cfg))
+    env = context.current().env
+    serve(cfg, settings, on_ready=ready, reader=history_reader(cfg, env), searcher=history_reader(cfg, env))
 
 
 def _dashboard_token(token_file: Path | None) -> str | None:
     """The dashboard token from --token-file or the environment; never from argv, never printed."""
-    from provisioner import context
     from provisioner.station.dashboard import MIN_TOKEN_CHARS
 
     if token_file is not None:
@@ -333,7 +336,7 @@ def _dashboard_token(token_file: Path | None) -> str | None:
         token = read_secret_file(token_file, "dashboard token file", "give a readable file holding the token").strip()
         source = f"token file {token_file}"
     else:
-        token = (context.environ().get("PROVISIONER_DASHBOARD_TOKEN") or "").strip()
+        token = (context.current().get("PROVISIONER_DASHBOARD_TOKEN") or "").strip()
         source = "PROVISIONER_DASHBOARD_TOKEN"
     if token and (len(token) < MIN_TOKEN_CHARS or not token.isprintable()):
         raise StationError(f"the dashboard token in {source} is shorter than {MIN_TOKEN_CHARS} characters "

@@ -28,6 +28,7 @@ from provisioner.contracts import inventory
 from provisioner.fleet.verify import smoke_check
 
 if TYPE_CHECKING:
+    from provisioner.context import RunContext
     from provisioner.contracts.release import Release
     from provisioner.station.records import Records
 
@@ -42,8 +43,8 @@ class Measured:
     error: str | None = None
 
 
-def measure(records: Records, release: Release, attempts: Mapping[str, int], *, addresses: Mapping[str, str],
-            connection: Mapping[str, Any] | None = None,
+def measure(records: Records, release: Release, attempts: Mapping[str, int], ctx: RunContext, *,
+            addresses: Mapping[str, str], connection: Mapping[str, Any] | None = None,
             on_event: Callable[[dict[str, Any]], None] | None = None) -> list[Measured]:
     """Smoke-benchmark the boards of ``attempts`` (serial -> passed attempt id) once and record each result.
 
@@ -54,7 +55,7 @@ def measure(records: Records, release: Release, attempts: Mapping[str, int], *, 
     # benchmark_summary, and the station's records and the runner are the station's, not the board's
     import yaml
 
-    from provisioner.fleet.runner import run_fleet
+    from provisioner.fleet.runner import FleetOptions, run_fleet
     from provisioner.station.inventory_export import BASELINE_STEP, write_inventory
 
     with tempfile.TemporaryDirectory(prefix="edge-llm-baseline-") as tmp:
@@ -68,8 +69,10 @@ def measure(records: Records, release: Release, attempts: Mapping[str, int], *, 
         inv.setdefault("all", {})["vars"] = {**dict(connection or {}),
                                              "edge_llm_models": inventory.models_from_release(release.models)}
         inv_path.write_text(yaml.safe_dump(inv, sort_keys=False), encoding="utf-8")
-        report = run_fleet("benchmark", inv_path, limit=",".join(sorted(hosts.values())), on_event=on_event,
-                           extra_vars={"edge_llm_benchmark_runs": 1, "edge_llm_benchmark_api": False})
+        report = run_fleet("benchmark", inv_path, ctx,
+                           FleetOptions(limit=",".join(sorted(hosts.values())),
+                                        extra_vars={"edge_llm_benchmark_runs": 1, "edge_llm_benchmark_api": False}),
+                           on_event=on_event)
     rows = {r.board: r for r in report.rows}
     out = []
     for serial, host in sorted(hosts.items()):

@@ -13,6 +13,7 @@ environment, so the same playbooks also run by hand from ``playbooks/`` with ``a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -105,12 +106,11 @@ class FleetRun:
 ANSIBLE_KEEP = ("ANSIBLE_*", "PYTHONPATH")
 
 
-def fleet_forks(hosts: int, requested: int | None = None, base: Mapping[str, str] | None = None) -> int:
-    """Parallel boards: ``--forks``, else the user's ``ANSIBLE_FORKS``, else one per board up to
-    :data:`DEFAULT_FORKS` (sized to this controller's cores)."""
+def fleet_forks(hosts: int, requested: int | None, env: Mapping[str, str]) -> int:
+    """Parallel boards: ``--forks``, else the user's ``ANSIBLE_FORKS`` (in the run's ``env``), else one per
+    board up to :data:`DEFAULT_FORKS` (sized to this controller's cores)."""
     if requested:
         return requested
-    env = context.environ() if base is None else base
     if (env.get("ANSIBLE_FORKS") or "").isdigit() and int(env["ANSIBLE_FORKS"]) > 0:
         return int(env["ANSIBLE_FORKS"])
     return max(1, min(hosts, DEFAULT_FORKS))
@@ -124,7 +124,7 @@ def describe_tuning(env: Mapping[str, str]) -> str:
             f"ControlPersist {persist[1] if persist else 'off'}, strategy {env.get('ANSIBLE_STRATEGY') or 'linear'}")
 
 
-def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = None,
+def ansible_env(*, base: Mapping[str, str], forks: int | None = None,
                 playbook_dir: Path = PLAYBOOK_DIR) -> dict[str, str]:
     """Environment for ansible-playbook: our collection, roles, callback and the speed settings.
 
@@ -134,7 +134,7 @@ def ansible_env(*, forks: int | None = None, base: Mapping[str, str] | None = No
     environment variables win over ansible.cfg in Ansible's own precedence; ``forks`` (the CLI's
     ``--forks``, see :func:`fleet_forks`) wins over ``ANSIBLE_FORKS``.
     """
-    env = context.RunContext(context.environ() if base is None else base).child_env(keep=ANSIBLE_KEEP)
+    env = context.RunContext(base).child_env(keep=ANSIBLE_KEEP)
     coll = [str(playbook_dir / "collections")]
     if env.get("ANSIBLE_COLLECTIONS_PATH"):
         coll.append(env["ANSIBLE_COLLECTIONS_PATH"])
@@ -263,13 +263,37 @@ class EventCollector:
             self.on_event(event)
 
 
-def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None,
-                 extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (), dry_run: bool = False,
-                 tags: str | None = None, forks: int | None = None,
-                 on_event: Callable[[dict[str, Any]], None] | None = None, log_path: Path | None = None,
-                 timeout_s: float | None = None, env: Mapping[str, str] | None = None,
+@dataclass(frozen=True)
+class FleetOptions:
+    """What the operator chose for one fleet run, resolved once at the CLI edge (as
+    :class:`provisioner.station.strategy.FlashOptions` is for a flash run).
+
+    The defaults live here only. ``extra_args`` are the user's ``-e`` arguments, passed to
+    ansible-playbook unchanged once :func:`parse_extra` accepted them; ``extra_vars`` are the tool's own
+    (written untrusted, :func:`write_extra_vars`). ``forks`` None: one per board (:func:`fleet_forks`).
+    """
+
+    limit: str | None = None
+    extra_vars: Mapping[str, Any] | None = None
+    extra_args: tuple[str, ...] = ()
+    report_path: Path | None = None
+    dry_run: bool = False             # Ansible's check mode (``--check``)
+    tags: str | None = None
+    forks: int | None = None
+    log_path: Path | None = None
+    timeout_s: float | None = None
+
+
+def run_playbook(action: str, inventory: Path | str, ctx: context.RunContext, options: FleetOptions | None = None,
+                 *, on_event: Callable[[dict[str, Any]], None] | None = None,
                  playbook_dir: Path = PLAYBOOK_DIR) -> FleetRun:
-    """Run one fleet playbook over ``inventory``; never raises for failing boards (see FleetRun)."""
+    """Run one fleet playbook over ``inventory``; never raises for failing boards (see FleetRun).
+
+    ``ctx`` is the run (its environment, of which ansible-playbook gets :func:`ansible_env`); ``options``
+    the operator's choices (``report_path`` is :func:`run_fleet`'s)."""
+    opts = options or FleetOptions()
+    limit, extra_vars, dry_run, tags = opts.limit, opts.extra_vars, opts.dry_run, opts.tags
+    log_path, timeout_s = opts.log_path, opts.timeout_s
     inv = Path(inventory)
     if not inv.exists():
         raise FleetError(f"inventory {inv}: no such file or directory",
@@ -280,9 +304,9 @@ def run_playbook(action: str, inventory: Path | str, *, limit: str | None = None
         if extra_vars:
             ev_file = Path(tmp) / "extra_vars.json"
             write_extra_vars(ev_file, extra_vars)
-        argv = build_argv(action, inv, limit=limit, extra_vars_file=ev_file, extra_args=extra_args, dry_run=dry_run,
-                          tags=tags, playbook_dir=playbook_dir)
-        child_env = ansible_env(forks=forks, base=env, playbook_dir=playbook_dir)
+        argv = build_argv(action, inv, limit=limit, extra_vars_file=ev_file, extra_args=opts.extra_args,
+                          dry_run=dry_run, tags=tags, playbook_dir=playbook_dir)
+        child_env = ansible_env(forks=opts.forks, base=ctx.env, playbook_dir=playbook_dir)
         if on_event:
             on_event({"event": "tuning", "line": describe_tuning(child_env)})
         started = time.monotonic()
@@ -331,30 +355,29 @@ def check_report_path(path: Path | str) -> None:
         raise FleetError(f"--report {path}: not writable by this user", "name a file in a folder you can write")
 
 
-def run_fleet(action: str, inventory: Path | str, *, limit: str | None = None,
-              extra_vars: Mapping[str, Any] | None = None, extra_args: Iterable[str] = (),
-              report_path: Path | None = None, dry_run: bool = False, tags: str | None = None,
-              forks: int | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
-              log_path: Path | None = None, timeout_s: float | None = None,
-              env: Mapping[str, str] | None = None) -> FleetReport:
-    """Run ``action`` (verify|deploy|launch|rollback|benchmark) and return the per-board report.
+def run_fleet(action: str, inventory: Path | str, ctx: context.RunContext, options: FleetOptions | None = None,
+              *, on_event: Callable[[dict[str, Any]], None] | None = None) -> FleetReport:
+    """Run ``action`` (verify|deploy|launch|rollback|benchmark|...) and return the per-board report.
 
+    ``ctx`` is the run (environment, directories, reporter), ``options`` the operator's choices.
     Boards that fail or cannot be reached are rows in the report (``verdict`` fail/unreachable);
     only problems that stop the whole run (bad inventory, missing ansible) raise FleetError.
     """
+    opts = options or FleetOptions()
+    limit, report_path = opts.limit, opts.report_path
     if action not in ACTIONS:
         raise FleetError(f"unknown fleet action '{action}'", f"use one of: {', '.join(ACTIONS)}")
     if report_path:
         check_report_path(report_path)        # before any board is touched, not after the whole run
     from provisioner.fleet.shared.report import build_report  # the report is built from this module's FleetRun
 
-    hosts = list_hosts(inventory, limit, env=dict(env) if env is not None else None)
+    hosts = list_hosts(inventory, limit, env=dict(ctx.env))
     if not hosts:
         raise FleetError(f"inventory {inventory}: no hosts" + (f" match --limit {limit}" if limit else ""),
                          "check the inventory and --limit")
-    run = run_playbook(action, inventory, limit=limit, extra_vars=extra_vars, extra_args=parse_extra(extra_args),
-                       dry_run=dry_run, tags=tags, forks=fleet_forks(len(hosts), forks, env), on_event=on_event,
-                       log_path=log_path, timeout_s=timeout_s, env=env)
+    opts = dataclasses.replace(opts, extra_args=tuple(parse_extra(opts.extra_args)),
+                               forks=fleet_forks(len(hosts), opts.forks, ctx.env))
+    run = run_playbook(action, inventory, ctx, opts, on_event=on_event)
     report = build_report(run, hosts)
     if report_path:
         report.write(report_path)

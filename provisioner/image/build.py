@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from provisioner import context
+from provisioner.context import RunContext
 from provisioner.errors import BuildError, UserError
 from provisioner.image.bitbake_log import BitbakeProgress
 from provisioner.image.build_progress import ProgressView, failure_message, failure_report, write_summary
@@ -192,14 +192,14 @@ def collect_release(setup: BuildSetup, progress: BitbakeProgress, started: float
                          log_file=setup.log_path, layers=dict(sorted(layers.items())), ota=ota)
 
 
-def build(manifest_path: Path, out_dir: Path, *, dry_run: bool = False, reporter: Reporter | None = None,
+def build(manifest_path: Path, out_dir: Path, ctx: RunContext, *, dry_run: bool = False,
           host_config: Mapping[str, Any] | None = None, renderer: Renderer | None = None,
-          env: Mapping[str, str] | None = None, on_event: Listener | None = None,
-          ota_collector: OtaCollector | None = None) -> BuildSetup | BuildResult:
+          on_event: Listener | None = None, ota_collector: OtaCollector | None = None) -> BuildSetup | BuildResult:
     """The whole command as steps: ``prepare``, then (unless ``dry_run``) ``kas-container`` and ``collect``.
 
-    ``env``: the run's environment (:attr:`provisioner.context.RunContext.env`); settings such as
-    ``$PROVISIONER_BUILD_CONFIG`` and ``$KAS_CONTAINER_ENGINE`` are read from it, not from ours.
+    ``ctx``: the run (:class:`provisioner.context.RunContext`); settings such as ``$PROVISIONER_BUILD_CONFIG``
+    and ``$KAS_CONTAINER_ENGINE`` are read from its environment, not from ours, and progress goes to its
+    reporter.
     ``on_event`` also gets every :class:`~provisioner.steps.StepEvent` (the progress lines are one listener).
     ``ota_collector``: :func:`provisioner.ota.commit.collect`, handed in by the CLI (the image stage never
     imports the OTA stage); needed when the manifest has ``image.ota: ostree``.
@@ -207,8 +207,7 @@ def build(manifest_path: Path, out_dir: Path, *, dry_run: bool = False, reporter
     """
     from provisioner.manifest import load_manifest
 
-    reporter = reporter or Reporter()
-    env = context.environ() if env is None else env
+    reporter, env = ctx.reporter, ctx.env
     job = _BuildJob(load_manifest(manifest_path), out_dir, reporter=reporter, env=env, host_config=host_config,
                     renderer=renderer, dry_run=dry_run, ota_collector=ota_collector)
     steps = job.steps()

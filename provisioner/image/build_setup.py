@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import context
 from provisioner.errors import BuildError
 from provisioner.image import host_config as hc
 from provisioner.image.container import check_engine, choose_engine, container_args, kas_container_argv, mirror_setting
@@ -117,8 +116,8 @@ def prepare_build(
     manifest: Manifest,
     out_dir: Path,
     *,
+    env: Mapping[str, str],
     host_config: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
     renderer: Renderer | None = None,
     dry_run: bool = False,
     check: bool = True,
@@ -129,7 +128,7 @@ def prepare_build(
     ``dry_run`` nothing is created and the engine is not probed (so the command can be shown on a
     machine without docker); otherwise missing folders are created and the engine checked.
     """
-    env = dict(context.environ() if env is None else env)
+    env = dict(env)
     host = dict(hc.load_host_config(env=env) if host_config is None else host_config)
     manifest = hc.with_host_settings(manifest, host)
     out_dir = Path(out_dir).resolve()

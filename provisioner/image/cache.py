@@ -34,7 +34,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from provisioner import context
+from provisioner.context import RunContext
 from provisioner.errors import BuildError
 
 
@@ -165,14 +165,12 @@ class CacheService:
         self.stop()
 
 
-def find_hashserv(env: Mapping[str, str] | None = None, bitbake_dir: Path | None = None,
-                  work_dir: Path | None = None) -> Path:
+def find_hashserv(env: Mapping[str, str], bitbake_dir: Path | None = None, work_dir: Path | None = None) -> Path:
     """``bitbake-hashserv`` from ``bitbake_dir``/bin, PATH, or the bitbake kas checked out in ``work_dir``.
 
     The PyPI bitbake-setup package carries the ``bb`` module but not the hash server; a bitbake
     checkout (kas puts one in KAS_WORK_DIR/bitbake on the first build) has it in ``bin/``.
     """
-    env = context.environ() if env is None else env
     candidates: list[Path] = []
     if bitbake_dir is not None:
         candidates.append(Path(bitbake_dir) / "bin" / "bitbake-hashserv")
@@ -214,30 +212,44 @@ def _start_hashserv(argv: list[str], log: Path, env: Mapping[str, str]) -> subpr
                                 env=env, start_new_session=True)
 
 
-def start_cache(
-    sstate_dir: Path,
-    *,
-    bind: str = LOOPBACK,
-    http_port: int = 8080,
-    hashserv_port: int = 8686,
-    write_bind: str = LOOPBACK,
-    write_port: int | None = None,
-    advertise: str | None = None,
-    db: Path | None = None,
-    hashserv_exe: Path | None = None,
-    read_only_hashserv: bool = False,
-    upstream: str | None = None,
-    env: Mapping[str, str] | None = None,
-    start_timeout_s: float = 20.0,
-) -> CacheService:
-    """Start ``bitbake-hashserv`` and the read-only HTTP sstate mirror; return the running service.
+@dataclass(frozen=True)
+class CacheOptions:
+    """What the operator chose for ``provisioner cache serve``, resolved once at the CLI edge (as
+    :class:`provisioner.station.strategy.FlashOptions` is for a flash run).
 
     ``bind`` loopback (the default): one writable hash server only this host reaches. Any other
     ``bind``: the hash server there is read-only and a second one on ``write_bind:write_port``
     (default loopback, ``hashserv_port + 1``) takes this host's reports. ``read_only_hashserv``:
-    no address accepts reports. ``http_port`` 0 picks a free port (tests). The caller owns ``stop()``.
+    no address accepts reports. ``http_port`` 0 picks a free port (tests). ``db`` None: the run's
+    state folder (:attr:`provisioner.context.RunContext.state_dir`); ``hashserv_exe`` None:
+    :func:`find_hashserv` on the run's PATH.
     """
-    env = dict(context.environ() if env is None else env)
+
+    bind: str = LOOPBACK
+    http_port: int = 8080
+    hashserv_port: int = 8686
+    write_bind: str = LOOPBACK
+    write_port: int | None = None
+    advertise: str | None = None
+    db: Path | None = None
+    hashserv_exe: Path | None = None
+    read_only_hashserv: bool = False
+    upstream: str | None = None
+    start_timeout_s: float = 20.0
+
+
+def start_cache(sstate_dir: Path, ctx: RunContext, options: CacheOptions | None = None) -> CacheService:
+    """Start ``bitbake-hashserv`` and the read-only HTTP sstate mirror; return the running service.
+
+    ``ctx`` is the run (its environment goes to the hash server, its state folder holds the default
+    database), ``options`` the operator's choices (:class:`CacheOptions`). The caller owns ``stop()``.
+    """
+    o = options or CacheOptions()
+    bind, http_port, hashserv_port, write_bind, write_port = o.bind, o.http_port, o.hashserv_port, o.write_bind, \
+        o.write_port
+    advertise, db, read_only_hashserv, upstream = o.advertise, o.db, o.read_only_hashserv, o.upstream
+    start_timeout_s = o.start_timeout_s
+    env = dict(ctx.env)
     sstate_dir = Path(sstate_dir).expanduser().resolve()
     if not sstate_dir.is_dir():
         raise BuildError(f"sstate folder {sstate_dir} does not exist",
@@ -251,10 +263,9 @@ def start_cache(
     else:
         # loopback: the one server is this host's writer (unless everything is read-only)
         write_bind, write_port = bind, (None if read_only_hashserv else hashserv_port)
-    exe = hashserv_exe or find_hashserv(env)
+    exe = o.hashserv_exe or find_hashserv(env)
     if db is None:
-        state = Path(env.get("XDG_STATE_HOME") or Path(env.get("HOME", "~")).expanduser() / ".local" / "state")
-        db = state / "edge-llm" / "hashserv.db"
+        db = ctx.state_dir / "hashserv.db"
     db = Path(db).expanduser().resolve()
     db.parent.mkdir(parents=True, exist_ok=True)
     advertise = advertise or (socket.getfqdn() if lan else bind)
@@ -287,9 +298,9 @@ def start_cache(
     return svc
 
 
-def serve(sstate_dir: Path, *, on_ready: Any = None, **kwargs: Any) -> None:
+def serve(sstate_dir: Path, ctx: RunContext, options: CacheOptions | None = None, *, on_ready: Any = None) -> None:
     """Run the service until Ctrl-C (the CLI); ``on_ready(service)`` prints the snippet."""
-    svc = start_cache(sstate_dir, **kwargs)
+    svc = start_cache(sstate_dir, ctx, options)
     try:
         if on_ready:
             on_ready(svc)

@@ -16,7 +16,6 @@ from typing import Any
 
 import yaml
 
-from provisioner import context
 from provisioner.errors import BuildError
 from provisioner.manifest import Manifest
 
@@ -47,13 +46,12 @@ class Dirs:
         return out
 
 
-def load_host_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def load_host_config(path: Path | None = None, *, env: Mapping[str, str]) -> dict[str, Any]:
     """Per-host build settings (paths, engine, mirrors) from a YAML file; empty when absent.
 
     Looked up at ``path``, else ``$PROVISIONER_BUILD_CONFIG`` (in ``env``, the run's environment
     as the CLI read it), else ``~/.config/edge-llm/build.yaml``.
     """
-    env = context.environ() if env is None else env
     explicit = path is not None or bool(env.get(HOST_CONFIG_ENV))
     p = Path(path or env.get(HOST_CONFIG_ENV) or DEFAULT_HOST_CONFIG).expanduser()
     if not p.is_file():

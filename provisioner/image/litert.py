@@ -32,11 +32,11 @@ import shutil
 import subprocess
 import tarfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provisioner import context, shipped
+from provisioner import shipped
 from provisioner.contracts import board as on_board
 from provisioner.contracts import pins
 from provisioner.errors import BuildError
@@ -79,13 +79,13 @@ def tarball_name(rev: str = PINNED_COMMIT, qairt: str = QAIRT) -> str:
 class LitertOptions:
     work: Path
     out: Path
+    env: Mapping[str, str]          # the run's (the CLI edge passes its RunContext.env)
     qairt_sdk: str | None = None
     source: str | None = None
     rev: str = PINNED_COMMIT
     qairt: str = QAIRT
     patches: Path = PATCH_DIR
     allow_cross: bool = False
-    env: Mapping[str, str] = field(default_factory=context.environ)   # the run's (CLI edge passes it)
 
     @property
     def src(self) -> Path:

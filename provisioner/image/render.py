@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import context, shipped, tools
+from provisioner import shipped, tools
 from provisioner.contracts import board as on_board
 from provisioner.contracts import memlock, pins
 from provisioner.errors import RenderError
@@ -307,7 +308,7 @@ def render_lines(result: RenderResult) -> list[str]:
 
 
 def validate_with_kas(result: RenderResult, repo_overrides: dict[str, dict[str, str]] | None = None, *,
-                      work_dir: Path | None = None, timeout_s: float = 300) -> dict[str, Any]:
+                      env: Mapping[str, str], work_dir: Path | None = None, timeout_s: float = 300) -> dict[str, Any]:
     """Resolve the rendered configuration with the real ``kas dump`` (clones/checks out the repos).
 
     Proves before any build that every include exists in the pinned meta-qcom and that the pins
@@ -315,6 +316,8 @@ def validate_with_kas(result: RenderResult, repo_overrides: dict[str, dict[str, 
     ``ci/*.yml`` or in which nothing adds BUILD_ID to OS_RELEASE_FIELDS. Returns the resolved
     configuration (a dict).
     ``repo_overrides`` (tests, mirrors) writes ``edge-llm-local.yml`` next to the main file first.
+    ``env`` is the run's environment (:attr:`provisioner.context.RunContext.env`): kas gets its PATH, home,
+    locale, mirrors and certificates, nothing else.
     """
     kas_file = result.kas_file
     if repo_overrides:
@@ -325,12 +328,12 @@ def validate_with_kas(result: RenderResult, repo_overrides: dict[str, dict[str, 
         _write(kas_file, _local_overrides_text(result.plan.qli.kas_header_version, main_include, repo_overrides))
     wd = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kas-validate-"))
     wd.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in context.environ().items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "KAS_PREMIRRORS",
-                                                        "KAS_REPO_REF_DIR", "SSL_CERT_FILE", "GIT_SSL_CAINFO")}
-    env["KAS_WORK_DIR"] = str(wd)
-    env.setdefault("HOME", str(wd))
+    kas_env = {k: v for k, v in env.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "KAS_PREMIRRORS",
+                                                     "KAS_REPO_REF_DIR", "SSL_CERT_FILE", "GIT_SSL_CAINFO")}
+    kas_env["KAS_WORK_DIR"] = str(wd)
+    kas_env.setdefault("HOME", str(wd))
     kas = tools.require("kas", error=RenderError)
-    proc = subprocess.run([kas, "dump", "--resolve-refs", str(kas_file)], cwd=wd, env=env, capture_output=True,
+    proc = subprocess.run([kas, "dump", "--resolve-refs", str(kas_file)], cwd=wd, env=kas_env, capture_output=True,
                           text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         err = [ln for ln in proc.stderr.splitlines() if ln.strip()]

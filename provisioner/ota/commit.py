@@ -12,6 +12,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,23 +100,26 @@ def branch_commit(repo: Path, machine: str, tarball: Path) -> tuple[str, str]:
     return branch, commit
 
 
-def read_tarball(tarball: Path, machine: str) -> OtaEntry:
-    """Read commit id, branch, subject, version and sizes from an ostreecommit tarball."""
+def read_tarball(tarball: Path, machine: str, env: Mapping[str, str]) -> OtaEntry:
+    """Read commit id, branch, subject, version and sizes from an ostreecommit tarball (``ostree`` runs with
+    the run's ``env``, :func:`provisioner.ota.ostree.child_env`)."""
     with tempfile.TemporaryDirectory(prefix="edge-llm-ostree-") as tmp:
         repo = extract_repo(tarball, Path(tmp))
         branch, commit = branch_commit(repo, machine, tarball)
-        if ostree.rev_parse(repo, commit) is None:
+        if ostree.rev_parse(repo, commit, env) is None:
             raise ArtifactError(f"{tarball}: refs/heads/{branch} names {commit[:12]}, which is not in the repo",
                                 "the tarball is incomplete; re-copy it from the build's deploy folder")
         return OtaEntry(kind="ostree", tarball=TARBALL_PATH, commit=commit, branch=branch,
                         size=tarball.stat().st_size, sha256=sha256_file(tarball),
-                        content_size=ostree.content_size(repo, commit), version=ostree.commit_version(repo, commit),
-                        subject=ostree.commit_subject(repo, commit))
+                        content_size=ostree.content_size(repo, commit, env),
+                        version=ostree.commit_version(repo, commit, env),
+                        subject=ostree.commit_subject(repo, commit, env))
 
 
-def collect(tarball: Path, release_dir: Path, machine: str) -> dict[str, Any]:
-    """Copy the tarball to ``<release>/ostree/`` and return release.json's ``ota`` entry as JSON."""
-    info = read_tarball(tarball, machine)
+def collect(tarball: Path, release_dir: Path, machine: str, *, env: Mapping[str, str]) -> dict[str, Any]:
+    """Copy the tarball to ``<release>/ostree/`` and return release.json's ``ota`` entry as JSON; ``env`` is the
+    run's (the build hands this in as its ``ota_collector`` with the run's environment bound)."""
+    info = read_tarball(tarball, machine, env)
     dest = release_dir / TARBALL_PATH
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner.context import RunContext
 from provisioner.contracts.release_document import OtaEntry, read_release_json
 from provisioner.errors import ArtifactError, UserError
 from provisioner.hashing import sha256_file
@@ -94,7 +95,7 @@ def _load(release_dir: Path) -> tuple[str, OtaEntry, Path]:
     return str(doc.release or release_dir.name), ota, tarball
 
 
-def init_repo(repo: Path, env: ostree.Env = None) -> None:
+def init_repo(repo: Path, env: ostree.Env) -> None:
     """Create an archive repository at ``repo``, or check that the one there can be served statically."""
     mode = ostree.repo_mode(repo)
     if mode is None:
@@ -117,7 +118,7 @@ def _resolve_from(repo: Path, rev: str, env: ostree.Env) -> str:
 
 
 @contextlib.contextmanager
-def gpg_home(key_file: Path, env: ostree.Env = None) -> Iterator[tuple[Path, str]]:
+def gpg_home(key_file: Path, env: ostree.Env) -> Iterator[tuple[Path, str]]:
     """Import ``key_file`` into a private GnuPG home; yields (home, fingerprint) and removes it after."""
     gpg = shutil.which("gpg", path=ostree.child_env(env).get("PATH"))
     if not gpg:
@@ -144,7 +145,7 @@ def gpg_home(key_file: Path, env: ostree.Env = None) -> Iterator[tuple[Path, str
         shutil.rmtree(home, ignore_errors=True)
 
 
-def ed25519_supported(env: ostree.Env = None) -> bool:
+def ed25519_supported(env: ostree.Env) -> bool:
     """Whether this ostree can read an ed25519 secret key from a file for commits and the summary."""
     return (ostree.help_mentions(("sign",), "--keys-file", env)
             and ostree.help_mentions(("summary",), "--keys-file", env))
@@ -184,7 +185,7 @@ def _write_index(repo: Path, index: dict[str, Any], release: str, entry: dict[st
                         "publish again (the commit and deltas are already in; publishing is idempotent)") from None
 
 
-def refuse_secrets(src: Path, commit: str, tarball: Path, env: ostree.Env = None) -> None:
+def refuse_secrets(src: Path, commit: str, tarball: Path, env: ostree.Env) -> None:
     """One line naming the first file of ``commit`` that holds a secret (:mod:`provisioner.ota.secrets`)."""
     found = find_secrets(src, commit, env)
     if found:
@@ -195,13 +196,14 @@ def refuse_secrets(src: Path, commit: str, tarball: Path, env: ostree.Env = None
                             "fleet launch writes each board's token)")
 
 
-def publish(release_dir: Path, repo: Path, *, from_revs: Sequence[str] = (), gpg_key_file: Path | None = None,
-            ed25519_key_file: Path | None = None, env: ostree.Env = None) -> PublishResult:
+def publish(release_dir: Path, repo: Path, ctx: RunContext, *, from_revs: Sequence[str] = (),
+            gpg_key_file: Path | None = None, ed25519_key_file: Path | None = None) -> PublishResult:
     """Import the release's commit into ``repo``, add deltas, move refs, update the summary.
 
-    ``env``: the run's environment (:attr:`provisioner.context.RunContext.env`, from the CLI); ostree and
-    gpg get only PATH, locale and HOME of it (:func:`provisioner.ota.ostree.child_env`).
+    ``ctx``: the run (:class:`provisioner.context.RunContext`, from the CLI); ostree and gpg get only PATH,
+    locale and HOME of its environment (:func:`provisioner.ota.ostree.child_env`).
     """
+    env = ctx.env
     if gpg_key_file and ed25519_key_file:
         raise UserError("give one signing key, --gpg-key-file or --ed25519-key-file", "drop one of them")
     if ed25519_key_file and not ed25519_supported(env):

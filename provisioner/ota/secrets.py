@@ -87,7 +87,7 @@ def by_content(repo: Path, checksum: str, size: int) -> str | None:
     return "a private key" if data and PRIVATE_KEY_BLOCK.search(data) else None
 
 
-def find_secrets(repo: Path, commit: str, env: ostree.Env = None) -> list[Secret]:
+def find_secrets(repo: Path, commit: str, env: ostree.Env) -> list[Secret]:
     """Every regular file of ``commit`` in the archive repo ``repo`` that holds a secret we know the shape of.
 
     ``ostree ls -R -C`` prints ``mode uid gid size checksum path`` for a regular file (ostree-ls(1)).

@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner import context
 from provisioner.errors import StationError
 from provisioner.station.secret_file import read_secret_file
 
@@ -114,13 +113,13 @@ class CentralSettings:
             return f"file {self.password_file}"
         return f"environment variable {self.password_env}"
 
-    def password(self, env: Mapping[str, str] | None = None) -> str | None:
+    def password(self, env: Mapping[str, str]) -> str | None:
         """The password from its file or variable, or None (then libpq's ~/.pgpass applies)."""
         if self.password_file is not None:
             return read_secret_file(self.password_file, f"central records {self.describe()}: password file",
                                     "fix records_password_file in station.yaml")
         if self.password_env:
-            return (context.environ() if env is None else env).get(self.password_env) or None
+            return env.get(self.password_env) or None
         return None
 
 
@@ -206,7 +205,7 @@ class RowRefused(StationError):
 class Central:
     """One connection to the central database; reopened on the next call after it broke."""
 
-    def __init__(self, settings: CentralSettings, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, settings: CentralSettings, env: Mapping[str, str]) -> None:
         self.settings = settings
         self.env = env
         self._conn: Any = None

@@ -36,7 +36,6 @@ from typing import Any
 
 import yaml
 
-from provisioner import context
 from provisioner.errors import StationError
 from provisioner.station.central import KEYS as CENTRAL_KEYS
 from provisioner.station.central import CentralSettings, parse_settings
@@ -56,7 +55,7 @@ class Credential:
     file: Path | None = None
     user: str = "root"
 
-    def secret(self, env: Mapping[str, str] | None = None) -> str | None:
+    def secret(self, env: Mapping[str, str]) -> str | None:
         """The password, or None if no source holds one. Never logged by callers.
 
         ``env`` is the run's environment (:mod:`provisioner.context`); the variable is read when
@@ -65,7 +64,7 @@ class Credential:
         if self.file is not None:
             return read_secret_file(self.file, "console password file", "fix credential.file in station.yaml")
         if self.env:
-            return (context.environ() if env is None else env).get(self.env)
+            return env.get(self.env)
         return None
 
     def describe(self) -> str:

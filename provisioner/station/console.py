@@ -16,7 +16,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,10 +71,11 @@ class ConsoleDriver:
     """One board's serial console. Use as a context manager; :meth:`open` maps pyserial errors
     (no such port, port busy) to one-line :class:`StationError`s naming the port."""
 
-    def __init__(self, port: str, *, baudrate: int = 115200, credential: Credential | None = None,
-                 prompt_timeout_s: float = 15.0, log_path: Path | None = None,
+    def __init__(self, port: str, *, env: Mapping[str, str], baudrate: int = 115200,
+                 credential: Credential | None = None, prompt_timeout_s: float = 15.0, log_path: Path | None = None,
                  on_text: Callable[[str], None] | None = None) -> None:
         self.port = port
+        self.env = env              # the run's environment: where the credential's variable is read
         self.baudrate = baudrate
         self.credential = credential or Credential()
         self.prompt_timeout_s = prompt_timeout_s
@@ -268,7 +269,7 @@ class ConsoleDriver:
                     self.write("\r")
                     typed, abandoned = "", True
                     continue
-                secret = self.credential.secret()
+                secret = self.credential.secret(self.env)
                 if secret is None:
                     raise LoginRefused(f"console {self.port} asks for a password and none is configured",
                                        f"set {self.credential.describe()}")

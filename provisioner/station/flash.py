@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from provisioner import catalog
+from provisioner.context import RunContext
 from provisioner.contracts.release import Release
 from provisioner.errors import StationError, UserError
 from provisioner.station import edl
@@ -59,8 +60,8 @@ class ScanResult:
         return {"edl": [d.as_dict() for d in self.devices], "consoles": [c.as_dict() for c in self.consoles]}
 
 
-def scan(config: StationConfig, consoles: list[str] | None = None, *, records: Records | None = None,
-         prompt_timeout_s: float = 10.0) -> ScanResult:
+def scan(config: StationConfig, consoles: list[str] | None = None, *, env: Mapping[str, str],
+         records: Records | None = None, prompt_timeout_s: float = 10.0) -> ScanResult:
     """EDL/crash-dump boards from sysfs and the identity of boards on ``consoles`` (ports).
 
     A console that cannot be read is reported with its error rather than aborting the scan.
@@ -73,7 +74,7 @@ def scan(config: StationConfig, consoles: list[str] | None = None, *, records: R
     for port in consoles or []:
         cb = ConsoleBoard(port)
         try:
-            with ConsoleDriver(port, baudrate=config.baudrate, credential=config.credential,
+            with ConsoleDriver(port, env=env, baudrate=config.baudrate, credential=config.credential,
                                prompt_timeout_s=prompt_timeout_s) as con:
                 cb.identity, cb.error = con.identity_or_banner()
             cb.board = board_for_machine(cb.identity.get("machine"))
@@ -284,14 +285,15 @@ def _stop_children(program: str) -> list[int]:
     return killed
 
 
-def flash_release(release: Path | str | Release | Preflight, config: StationConfig,
+def flash_release(release: Path | str | Release | Preflight, config: StationConfig, ctx: RunContext,
                   options: FlashOptions | None = None, *, listener: Listener | None = None,
                   records: Records | None = None, stop: threading.Event | None = None,
                   on_preflight: Callable[[Preflight], None] | None = None) -> FlashRun:
     """Preflight, then flash every selected board in parallel; never raises for one board's failure.
 
     ``options`` are the operator's choices (which boards, timeouts, retries, boot check), resolved
-    at the CLI edge; ``config`` is the station. ``listener`` receives every :class:`StepEvent`
+    at the CLI edge; ``config`` is the station; ``ctx`` the run (qdl gets its whitelisted environment,
+    the consoles read the credential's variable from it). ``listener`` receives every :class:`StepEvent`
     (live progress); ``records`` (writer) gets the attempts. Raises :class:`StationError` only for
     problems that stop the whole run (bad bundle, qdl missing/too old, unknown serial, no boards).
     """
@@ -301,7 +303,7 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
     if on_preflight:
         on_preflight(pf)
     pf.raise_for_problems()
-    info = detect_qdl(config.qdl)
+    info = detect_qdl(config.qdl, ctx.env)
     targets = select_targets(config, pf.board.id, serials=list(opts.serials), all_boards=opts.all_boards)
     visible = len([d for d in edl.scan_edl(config.sysfs_root) if d.mode == "edl"])
     serial_select = check_qdl_for(info, targets, allow_old_qdl=opts.allow_old_qdl, visible=visible)
@@ -314,8 +316,8 @@ def flash_release(release: Path | str | Release | Preflight, config: StationConf
             raise no_space_error(log_dir, "per-board log folder") from None
         raise StationError(f"cannot create the log folder {log_dir}: {exc.strerror}",
                            "set log_dir: in station.yaml to a writable folder") from None
-    settings = FlashSettings(preflight=pf, qdl=QdlDriver(info, storage=pf.board.storage_type.lower()),
-                             sysfs_root=Path(config.sysfs_root), log_dir=log_dir, slots=config.slots,
+    settings = FlashSettings(preflight=pf, qdl=QdlDriver(info, env=ctx.env, storage=pf.board.storage_type.lower()),
+                             sysfs_root=Path(config.sysfs_root), log_dir=log_dir, env=ctx.env, slots=config.slots,
                              credential=config.credential, baudrate=config.baudrate, options=opts,
                              serial_select=serial_select)
     attempts: dict[str, int] = {}

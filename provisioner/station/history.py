@@ -37,7 +37,7 @@ class History:
 
 def read_history(cfg: StationConfig, *, serial: str | None = None, release: str | None = None,
                  outcome: str | None = None, station: str | None = None, limit: int | None = None,
-                 local: bool = False, env: Mapping[str, str] | None = None) -> History:
+                 local: bool = False, env: Mapping[str, str]) -> History:
     """The attempts matching every filter given; the central history when station.yaml names one
     (unless ``local``), else this station's database. An unreachable central database is the
     one-line StationError of :class:`Central`, its hint adding ``--local``."""
@@ -79,7 +79,7 @@ class CentralHistoryReader:
     database, as it would without a central one.
     """
 
-    def __init__(self, cfg: StationConfig, env: Mapping[str, str] | None = None, *, retry_s: float = 30.0) -> None:
+    def __init__(self, cfg: StationConfig, env: Mapping[str, str], *, retry_s: float = 30.0) -> None:
         assert cfg.central is not None
         self.local = SqliteHistoryReader(cfg.database)
         self.central = Central(cfg.central, env)
@@ -138,7 +138,7 @@ class CentralHistoryReader:
             self.central.close()
 
 
-def history_reader(cfg: StationConfig, env: Mapping[str, str] | None = None) -> HistoryReader:
+def history_reader(cfg: StationConfig, env: Mapping[str, str]) -> HistoryReader:
     """The dashboard's reader: the central history when station.yaml names one, else this station's."""
     if cfg.central is not None:
         return CentralHistoryReader(cfg, env)

@@ -173,7 +173,7 @@ class Forwarder:
     it is back.
     """
 
-    def __init__(self, db_path: Path | str, settings: CentralSettings, env: Mapping[str, str] | None = None, *,
+    def __init__(self, db_path: Path | str, settings: CentralSettings, env: Mapping[str, str], *,
                  interval_s: float = 1.0, max_backoff_s: float = 10.0,
                  report: Callable[[str], None] | None = None) -> None:
         self.db_path = Path(db_path)
@@ -275,7 +275,7 @@ class Forwarder:
 
 
 @contextlib.contextmanager
-def forwarding(db_path: Path | str, settings: CentralSettings | None, env: Mapping[str, str] | None = None,
+def forwarding(db_path: Path | str, settings: CentralSettings | None, env: Mapping[str, str],
                report: Callable[[str], None] | None = None, **kw: Any) -> Iterator[Forwarder | None]:
     """A running :class:`Forwarder` for the block (None when no central database is configured)."""
     if settings is None:

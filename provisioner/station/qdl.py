@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,15 +85,15 @@ def resolve_qdl(qdl: str) -> str:
 QDL_KEEP = ("LIBUSB_*", "PROVISIONER_SIM_*")
 
 
-def qdl_env() -> dict[str, str]:
-    """qdl's environment: the run's whitelisted child environment (:meth:`RunContext.child_env`)."""
-    return context.current().child_env(keep=QDL_KEEP)
+def qdl_env(env: Mapping[str, str]) -> dict[str, str]:
+    """qdl's environment: the run's (``env``) whitelisted child environment (:meth:`RunContext.child_env`)."""
+    return context.RunContext(env).child_env(keep=QDL_KEEP)
 
 
-def _probe(argv: list[str]) -> tuple[int, str]:
+def _probe(argv: list[str], env: Mapping[str, str]) -> tuple[int, str]:
     try:
         cp = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
-                            errors="replace", env=qdl_env())
+                            errors="replace", env=qdl_env(env))
     except subprocess.TimeoutExpired:
         return 124, ""
     except OSError as exc:
@@ -101,17 +101,17 @@ def _probe(argv: list[str]) -> tuple[int, str]:
     return cp.returncode, (cp.stdout or "") + (cp.stderr or "")
 
 
-def detect_qdl(qdl: str = "qdl") -> QdlInfo:
-    """Run ``qdl --version``; an unknown option means qdl < 2.2, then the usage text tells
-    whether ``--serial`` exists (2.0/2.1) or not (the Debian 2022 build)."""
+def detect_qdl(qdl: str, env: Mapping[str, str]) -> QdlInfo:
+    """Run ``qdl --version`` (with the run's ``env``, :func:`qdl_env`); an unknown option means qdl < 2.2,
+    then the usage text tells whether ``--serial`` exists (2.0/2.1) or not (the Debian 2022 build)."""
     path = resolve_qdl(qdl)
-    rc, out = _probe([path, "--version"])
+    rc, out = _probe([path, "--version"], env)
     m = _VERSION.search(out)
     if rc == 0 and m:
         return QdlInfo(path, m["v"], True, True)
     usage = out
     if "--serial" not in usage:
-        _, usage2 = _probe([path, "--help"])
+        _, usage2 = _probe([path, "--help"], env)
         usage += usage2
     return QdlInfo(path, None, "--serial" in usage, False)
 
@@ -231,8 +231,9 @@ class FlashOutcome:
 class QdlDriver:
     """Flash one board (by serial) with qdl, streaming progress to ``on_progress``."""
 
-    def __init__(self, info: QdlInfo, *, storage: str = "ufs") -> None:
+    def __init__(self, info: QdlInfo, *, env: Mapping[str, str], storage: str = "ufs") -> None:
         self.info = info
+        self.env = env              # the run's environment, of which qdl sees qdl_env()
         self.storage = storage
 
     def flash(self, args: list[str], *, serial: str | None, planned: list[str], log_path: Path | None,
@@ -261,7 +262,7 @@ class QdlDriver:
             except OSError as exc:  # a full log disk must not stop the flash; the caller reports it
                 header_error = f"{log_path}: {exc.strerror}"
         res = run_streaming(argv, on_line=on_line, log_path=log_path, timeout_s=timeout_s, stop=stop,
-                            die_with_parent=True, on_start=on_start, env=qdl_env())
+                            die_with_parent=True, on_start=on_start, env=qdl_env(self.env))
         ok = res.returncode == 0 and not res.timed_out and not res.stopped
         error = None
         if res.stopped:

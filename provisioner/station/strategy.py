@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,7 @@ class FlashSettings:
     qdl: QdlDriver
     sysfs_root: Path
     log_dir: Path
+    env: Mapping[str, str]            # the run's environment (the console credential's variable)
     slots: dict[str, str] = field(default_factory=dict)
     credential: Credential = field(default_factory=Credential)
     baudrate: int = 115200
@@ -172,8 +173,8 @@ class BoardStrategy:
         if not self.target.console:
             raise StationError(f"board {self.target.serial} is not in EDL and has no console configured",
                                "hold the EDL button at power-on, or add its console to station.yaml")
-        with ConsoleDriver(self.target.console, baudrate=self.s.baudrate, credential=self.s.credential,
-                           log_path=self.console_log) as con:
+        with ConsoleDriver(self.target.console, env=self.s.env, baudrate=self.s.baudrate,
+                           credential=self.s.credential, log_path=self.console_log) as con:
             try:
                 con.ensure_shell()
             except LoginRefused as exc:
@@ -238,8 +239,9 @@ class BoardStrategy:
         if not self.target.console:
             raise StationError(f"board {self.target.serial} has no console configured; cannot check the boot",
                                "add it to consoles: in station.yaml or drop --boot-check")
-        return ConsoleDriver(self.target.console, baudrate=self.s.baudrate, credential=self.s.credential,
-                             log_path=self.console_log, prompt_timeout_s=self.s.options.boot_timeout_s)
+        return ConsoleDriver(self.target.console, env=self.s.env, baudrate=self.s.baudrate,
+                             credential=self.s.credential, log_path=self.console_log,
+                             prompt_timeout_s=self.s.options.boot_timeout_s)
 
     def _start_capture(self) -> None:
         """Open the console before qdl resets the board, so the whole boot log lands in the

@@ -222,15 +222,14 @@ def test_netrc_login_is_not_sent_to_a_plain_http_mirror(tmp_path, origin, mirror
     assert "pw-from-netrc" not in r.out + r.err
 
 
-def test_credentials_follow_the_origin_rule(monkeypatch):
+def test_credentials_follow_the_origin_rule():
     from provisioner.artifacts.fetch import _Credentials
 
     class Req:
         def __init__(self, url: str) -> None:
             self.url, self.headers = url, {}
 
-    monkeypatch.setenv("PROVISIONER_HTTP_TOKEN", "t0k")
-    auth = _Credentials("https://models.example:443/g.litertlm", trust_env=False)
+    auth = _Credentials("https://models.example:443/g.litertlm", "t0k", trust_env=False)
     sent = {u: auth(Req(u)).headers.get("Authorization") for u in (
         "https://models.example/g.litertlm",        # the origin itself (default port)
         "https://models.example:8443/g.litertlm",   # another port: another origin

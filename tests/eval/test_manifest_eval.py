@@ -73,7 +73,7 @@ def test_fleet_eval_takes_the_manifests_gate(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_run(inventory, suite, min_score, **kw):
+    def fake_run(inventory, suite, min_score, ctx, options=None, **kw):
         seen.update(suite=suite.name, min_score=min_score)
         raise FleetError("stop here", "test")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import context
 from provisioner.fleet.runner import EventCollector, ansible_env
 from provisioner.process import run_streaming
 from tests.fleet.simfleet import free_port
@@ -38,7 +39,7 @@ def test_failed_uri_result_keeps_status_and_detail(tmp_path: Path) -> None:
     events: list[dict] = []
     collector = EventCollector(events.append)
     res = run_streaming([shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(inv), str(play)],
-                        on_line=collector.line, env=ansible_env(), timeout_s=120)
+                        on_line=collector.line, env=ansible_env(base=context.current().env), timeout_s=120)
     assert res.returncode != 0
     noise = [ln for ln in collector.other if "callback" in ln.lower() or "multiple values" in ln]
     assert noise == [], noise                                       # the callback itself did not fail

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import catalog
+from provisioner import catalog, context
 from provisioner.contracts import board as on_board
-from provisioner.fleet.runner import run_fleet
+from provisioner.fleet.runner import FleetOptions, run_fleet
 from provisioner.fleet.shared import deploy_index
 from provisioner.hashing import sha256_file
 from tests.fleet.artserver import ArtifactServer
@@ -102,7 +102,7 @@ def env(tmp_path_factory):
     fleet = build_fleet(base / "sim", [BoardSpec(b, bid, vars={"edge_llm_serve_port_base": free_port()})
                                        for b, bid in (("dep-8275", "iq-8275-evk"), ("dep-9075", "iq-9075-evk"))],
                         cache=base / "cache", base_index=100)
-    launched = run_fleet("launch", fleet.inventory)
+    launched = run_fleet("launch", fleet.inventory, context.current())
     assert all(r.verdict == "pass" for r in launched.rows), [r.reason for r in launched.rows]
     art = base / "artifacts"
     _qairt_tarball(art / "qairt" / f"{NEW_QAIRT}.tar.gz", NEW_QAIRT)
@@ -115,9 +115,9 @@ def env(tmp_path_factory):
         fleet.stop()
 
 
-def deploy(fleet, index, **kw):
+def deploy(fleet, index, on_event=None, **kw):
     ev = {"edge_llm_deploy_index": index, "edge_llm_deploy_serial": "100%", "edge_llm_deploy_max_fail_percentage": 100}
-    return run_fleet("deploy", fleet.inventory, extra_vars=ev, **kw)
+    return run_fleet("deploy", fleet.inventory, context.current(), FleetOptions(extra_vars=ev, **kw), on_event=on_event)
 
 
 def current(fleet, board: str, model: str) -> str | None:
@@ -256,7 +256,7 @@ def test_launch_after_a_deploy_to_another_qairt_keeps_the_new_version_serving(en
     with the inventory updated it finds the board as deploy left it (same rule, nothing to write)."""
     fleet, _server, _art, versions = env
     pid = serving(fleet, "dep-9075", NEMO)[0]
-    again = run_fleet("launch", fleet.inventory)
+    again = run_fleet("launch", fleet.inventory, context.current())
     row = again.row("dep-9075")
     assert row.verdict != "pass" and f'set qairt: "{NEW_QAIRT}" for {NEMO}' in row.reason, row.reason
     assert again.row("dep-8275").verdict == "pass" and again.row("dep-8275").changed == 0
@@ -264,7 +264,8 @@ def test_launch_after_a_deploy_to_another_qairt_keeps_the_new_version_serving(en
     assert_serves(fleet, "dep-9075", NEMO, versions[NEMO], NEW_QAIRT)
     group = yaml.safe_load((Path(__file__).parents[2] / "playbooks/group_vars/iq_9075_evk.yml").read_text())
     models = [dict(m, qairt=NEW_QAIRT) if m["name"] == NEMO else m for m in group["edge_llm_models"]]
-    updated = run_fleet("launch", fleet.inventory, limit="dep-9075", extra_vars={"edge_llm_models": models})
+    updated = run_fleet("launch", fleet.inventory, context.current(),
+                        FleetOptions(limit="dep-9075", extra_vars={"edge_llm_models": models}))
     assert updated.row("dep-9075").verdict == "pass" and updated.row("dep-9075").changed == 0, \
         (updated.row("dep-9075").reason, updated.row("dep-9075").changed)
     assert serving(fleet, "dep-9075", NEMO)[0] == pid
@@ -274,7 +275,7 @@ def test_rollback_swaps_current_and_previous(env):
     fleet, _server, _art, versions = env
     old = {b: previous(fleet, b, m) for b, m in BOARD_MODEL.items()}
     assert all(old.values())
-    rb = run_fleet("rollback", fleet.inventory)
+    rb = run_fleet("rollback", fleet.inventory, context.current())
     assert all(r.verdict == "pass" for r in rb.rows), [r.reason for r in rb.rows]
     for b, m in BOARD_MODEL.items():
         assert current(fleet, b, m) == old[b]
@@ -300,7 +301,8 @@ def test_deploy_and_rollback_cost_one_task_per_board(env, tmp_path):
         assert gate_statuses(events) == expect_gates
     assert current(fleet, "dep-8275", GEMMA) == v
     events = []
-    rb = run_fleet("rollback", fleet.inventory, limit="dep-8275", on_event=events.append)
+    rb = run_fleet("rollback", fleet.inventory, context.current(), FleetOptions(limit="dep-8275"),
+                   on_event=events.append)
     assert rb.row("dep-8275").verdict == "pass", rb.row("dep-8275").reason
     assert tasks_per_board(events) == {"dep-8275": 1}, tasks_per_board(events)
     assert gate_statuses(events) == ["ok"]
@@ -469,7 +471,7 @@ def test_failed_first_install_leaves_no_current_and_the_service_stopped(env, tmp
     fleet, server, _, _versions = env
     board = fleet.boards["dep-8275"]
     unit = f"edge-llm-serve@{GEMMA}.service"
-    launched = run_fleet("launch", fleet.inventory, limit="dep-8275")
+    launched = run_fleet("launch", fleet.inventory, context.current(), FleetOptions(limit="dep-8275"))
     assert launched.row("dep-8275").verdict == "pass", launched.row("dep-8275").reason
     for link in ("current", deploy_index.PREVIOUS):         # the model was never on this board
         (fleet.rootfs("dep-8275") / f"{on_board.model_dir(GEMMA)}/{link}".lstrip("/")).unlink()

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.contracts import board as on_board
 from provisioner.eval.suite import load_suite
 from provisioner.fleet.eval import eval_vars
-from provisioner.fleet.runner import run_fleet
+from provisioner.fleet.runner import FleetOptions, run_fleet
 from provisioner.fleet.shared import deploy_index
 from provisioner.fleet.shared.eval_report import run_eval
 from tests.fleet.artserver import ArtifactServer
@@ -42,7 +43,7 @@ def evalfleet(tmp_path_factory):
              BoardSpec("ev-8275", "iq-8275-evk", vars={"edge_llm_serve_port_base": free_port()})]
     fleet = build_fleet(base / "sim", specs, cache=base / "cache", base_index=700)
     try:
-        launched = run_fleet("launch", fleet.inventory, log_path=base / "launch.log")
+        launched = run_fleet("launch", fleet.inventory, context.current(), FleetOptions(log_path=base / "launch.log"))
         assert all(r.verdict == "pass" for r in launched.rows), [(r.board, r.reason) for r in launched.rows]
         yield fleet, base
     finally:
@@ -96,7 +97,7 @@ def test_tool_use_through_the_openai_contract(evalfleet):
     if not _capabilities(fleet, "ev-9075").get("tools"):
         pytest.skip("the board's service does not offer tools for its model yet (GET /v1/models: tools false)")
     suite = load_suite("default")
-    rep = run_eval(fleet.inventory, suite, None, limit="ev-9075")
+    rep = run_eval(fleet.inventory, suite, None, context.current(), FleetOptions(limit="ev-9075"))
     score = next(s for s in rep.scores if s.board == "ev-9075")
     for cat in ("tool-call", "no-call", "parallel-calls"):
         assert score.categories[cat]["score"] == 1.0, score.failures
@@ -111,7 +112,7 @@ def _deploy(fleet, art: Path, server, sub: str, *, limit: str, **more):
     index = deploy_index.build_index(art / sub, f"{server.url}/{sub}")
     ev = {"edge_llm_deploy_index": index, "edge_llm_deploy_serial": "100%",
           "edge_llm_deploy_max_fail_percentage": 100, **eval_vars(load_suite("default"), 0.5), **more}
-    return run_fleet("deploy", fleet.inventory, extra_vars=ev, limit=limit)
+    return run_fleet("deploy", fleet.inventory, context.current(), FleetOptions(extra_vars=ev, limit=limit))
 
 
 def test_deploy_keeps_a_model_only_when_its_eval_score_holds(evalfleet):

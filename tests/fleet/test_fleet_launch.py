@@ -12,7 +12,8 @@ import subprocess
 import pytest
 import yaml
 
-from provisioner.fleet.runner import run_fleet, run_playbook
+from provisioner import context
+from provisioner.fleet.runner import FleetOptions, run_fleet, run_playbook
 from provisioner.fleet.shared.onboard import serve
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.sim.realtext import real_completion
@@ -34,9 +35,11 @@ def launched(tmp_path_factory):
                            vars={"edge_llm_serve_port_base": blocker.getsockname()[1]}))
     fleet = build_fleet(base / "sim", specs, cache=base / "cache", base_index=300)
     try:
-        first = run_fleet("launch", fleet.inventory, log_path=base / "launch.log", on_event=_count_tasks(fleet),
-                          extra_args=["edge_llm_serve_health_retries=3", "edge_llm_serve_health_delay=1",
-                                      "edge_llm_serve_health_timeout=2"])
+        first = run_fleet("launch", fleet.inventory, context.current(),
+                          FleetOptions(log_path=base / "launch.log",
+                                       extra_args=("edge_llm_serve_health_retries=3", "edge_llm_serve_health_delay=1",
+                                                   "edge_llm_serve_health_timeout=2")),
+                          on_event=_count_tasks(fleet))
         yield fleet, ports, first
     finally:
         fleet.stop()
@@ -257,7 +260,7 @@ def test_unit_has_memlock_fastrpc_group_and_the_models_qairt(launched):
 def test_second_launch_changes_nothing(launched):
     fleet, _, _ = launched
     before = {b: _token(fleet, b) for b in ("srv-8275", "srv-9075")}
-    again = run_fleet("launch", fleet.inventory, limit="srv-8275:srv-9075")
+    again = run_fleet("launch", fleet.inventory, context.current(), FleetOptions(limit="srv-8275:srv-9075"))
     assert all(r.verdict == "pass" and r.changed == 0 for r in again.rows), \
         [(r.board, r.changed, r.reason) for r in again.rows]
     assert {b: _token(fleet, b) for b in before} == before          # the rerun kept each board's token
@@ -269,7 +272,7 @@ def test_launch_costs_one_task_per_board_first_time_and_on_a_rerun(launched):
     fleet, _, _ = launched
     one = ["edge_llm.fleet.serve"]
     assert fleet.tasks == {"srv-8275": one, "srv-9075": one, "busy-8275": one}
-    again = run_playbook("launch", fleet.inventory, limit="srv-8275:srv-9075")
+    again = run_playbook("launch", fleet.inventory, context.current(), FleetOptions(limit="srv-8275:srv-9075"))
     assert {h: (o.tasks, o.changed, o.status) for h, o in again.hosts.items()} == \
         {"srv-8275": (1, 0, "ok"), "srv-9075": (1, 0, "ok")}
 
@@ -289,13 +292,14 @@ def test_check_mode_reports_a_changed_config_and_touches_nothing_then_launch_res
     assert drifted != config.read_text()
     config.write_text(drifted)
     pid = _main_pid(fleet, "srv-8275", unit)
-    dry = run_playbook("launch", fleet.inventory, limit="srv-8275:srv-9075", dry_run=True)
+    dry = run_playbook("launch", fleet.inventory, context.current(),
+                       FleetOptions(limit="srv-8275:srv-9075", dry_run=True))
     assert dry.hosts["srv-8275"].changed == 1 and dry.hosts["srv-9075"].changed == 0
     step = dry.hosts["srv-8275"].payload("launch")
     assert step["written"] == ["/etc/edge-llm/serve/gemma-4-e2b.json"]
     assert step["restarted"] == [unit] and step["check_mode"]
     assert config.read_text() == drifted and _main_pid(fleet, "srv-8275", unit) == pid    # nothing touched
-    fixed = run_playbook("launch", fleet.inventory, limit="srv-8275")
+    fixed = run_playbook("launch", fleet.inventory, context.current(), FleetOptions(limit="srv-8275"))
     step = fixed.hosts["srv-8275"].payload("launch")
     assert fixed.hosts["srv-8275"].status == "ok" and step["restarted"] == [unit] and not step["daemon_reload"]
     assert '"idle_timeout_s": 10' in config.read_text() and _main_pid(fleet, "srv-8275", unit) != pid
@@ -307,9 +311,10 @@ def test_benchmark_collects_medians_per_board(launched, tmp_path):
     out_dir = tmp_path / "bench"
     out_dir.mkdir()
     log = tmp_path / "bench.log"
-    res = run_fleet("benchmark", fleet.inventory, limit="srv-8275:srv-9075", on_event=_count_tasks(fleet),
-                    extra_vars={"edge_llm_benchmark_runs": 3, "edge_llm_benchmark_dir": str(out_dir)},
-                    log_path=log, env={**os.environ, "ANSIBLE_VERBOSITY": "3"})
+    res = run_fleet("benchmark", fleet.inventory, context.RunContext({**os.environ, "ANSIBLE_VERBOSITY": "3"}),
+                    FleetOptions(limit="srv-8275:srv-9075",
+                                 extra_vars={"edge_llm_benchmark_runs": 3, "edge_llm_benchmark_dir": str(out_dir)},
+                                 log_path=log), on_event=_count_tasks(fleet))
     one = ["edge_llm.fleet.benchmark"]                 # smoke runs, API bench and the JSON file: one task
     assert fleet.tasks == {"srv-8275": one, "srv-9075": one}
     # ... and one board call: the ssh connection plugin logs one EXEC per command it runs on a board (-vvv)
@@ -397,9 +402,11 @@ def test_a_squatted_port_gets_no_token_and_fails_launch_and_benchmark(launched):
             except OSError:
                 pass
             subprocess.run(["sleep", "0.1"], check=True)
-        bench = run_fleet("benchmark", fleet.inventory, limit=board, extra_vars={"edge_llm_benchmark_runs": 1})
-        launch = run_fleet("launch", fleet.inventory, limit=board,
-                           extra_args=["edge_llm_serve_health_retries=2", "edge_llm_serve_health_delay=1"])
+        bench = run_fleet("benchmark", fleet.inventory, context.current(),
+                          FleetOptions(limit=board, extra_vars={"edge_llm_benchmark_runs": 1}))
+        launch = run_fleet("launch", fleet.inventory, context.current(),
+                           FleetOptions(limit=board, extra_args=("edge_llm_serve_health_retries=2",
+                                                                 "edge_llm_serve_health_delay=1")))
     finally:
         impostor.kill()
     asked = [json.loads(line) for line in impostor.communicate()[0].splitlines()]
@@ -409,5 +416,5 @@ def test_a_squatted_port_gets_no_token_and_fails_launch_and_benchmark(launched):
     assert f"port {ports[board]} is held by pid {impostor.pid} (uid 65534)" in row.reason, row.reason
     assert launch.row(board).verdict == "fail"
     assert f"could not listen on 127.0.0.1:{ports[board]}: the port is taken" in launch.row(board).reason
-    again = run_fleet("launch", fleet.inventory, limit=board)      # the port is free again: launch recovers
+    again = run_fleet("launch", fleet.inventory, context.current(), FleetOptions(limit=board))  # the port is free again
     assert again.row(board).verdict == "pass", again.row(board).reason

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import context
 from provisioner.fleet.runner import ansible_env
 from tests.fleet.simfleet import REPO, BoardSpec, build_fleet, can_run
 
@@ -123,8 +124,8 @@ def test_pull_mode_reports_once_per_commit(tmp_path):
         setup = subprocess.run(["ansible-playbook", "-i", str(fleet.inventory), str(REPO / "playbooks/pull.yml"),
                                 "-e", f"edge_llm_pull_url={bare}",
                                 "-e", f"edge_llm_pull_collector_url={collector.url}"],
-                               env={**ansible_env(), "ANSIBLE_STDOUT_CALLBACK": "default"}, capture_output=True,
-                               text=True, timeout=300)
+                               env={**ansible_env(base=context.current().env), "ANSIBLE_STDOUT_CALLBACK": "default"},
+                               capture_output=True, text=True, timeout=300)
         assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-2000:]
         timer = ssh("cat", "/etc/systemd/system/edge-llm-pull.timer")
         assert "RandomizedDelaySec=900" in timer and "OnCalendar=hourly" in timer
@@ -192,7 +193,8 @@ def test_a_board_whose_pull_failed_is_a_failed_row_with_the_reason(tmp_path):
 def test_role_renders_valid_playbooks():
     for pb in ("local.yml", "pull.yml"):
         proc = subprocess.run(["ansible-playbook", "--syntax-check", "-i", "inventory/example.yml", f"playbooks/{pb}"],
-                              cwd=REPO, env=ansible_env(), capture_output=True, text=True, timeout=120)
+                              cwd=REPO, env=ansible_env(base=context.current().env), capture_output=True, text=True,
+                              timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

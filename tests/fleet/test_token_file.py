@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from provisioner import context
 from provisioner.fleet.runner import run_playbook
 from provisioner.fleet.shared.serve_config import TOKEN_DIR_NAME, token_file_problem
 from tests.fleet.test_untrusted_inputs import inventory
@@ -57,10 +58,10 @@ def test_a_token_that_is_a_folder_or_a_link_is_refused(tmp_path):
 def test_launch_refuses_a_weak_token_before_reaching_the_board(tmp_path):
     inv = inventory(tmp_path)
     token_file(tmp_path, "abc")
-    run = run_playbook("launch", inv)
+    run = run_playbook("launch", inv, context.current())
     host = run.hosts["b1"]
     assert host.status == "failed"                    # not "unreachable": refused on the controller
     assert "does not hold a token edge-llm-serve accepts" in host.msg
     token_file(tmp_path, GOOD, mode=0o644)
-    run = run_playbook("launch", inv)
+    run = run_playbook("launch", inv, context.current())
     assert "open to other users (mode 644)" in run.hosts["b1"].msg

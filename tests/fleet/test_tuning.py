@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from provisioner.fleet.runner import DEFAULT_FORKS, ansible_env, describe_tuning, fleet_forks, run_playbook
+from provisioner import context
+from provisioner.fleet.runner import (
+    DEFAULT_FORKS,
+    FleetOptions,
+    ansible_env,
+    describe_tuning,
+    fleet_forks,
+    run_playbook,
+)
 
 BASE = {"PATH": "/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
 
@@ -25,7 +33,7 @@ def test_a_run_reports_its_tuning_once_before_ansible_starts(tmp_path):
     inv = tmp_path / "inventory.yml"
     inv.write_text("all:\n  hosts: {}\n", encoding="utf-8")
     events: list[dict] = []
-    run_playbook("verify", inv, forks=3, on_event=events.append, env=BASE, timeout_s=120)
+    run_playbook("verify", inv, context.RunContext(BASE), FleetOptions(forks=3, timeout_s=120), on_event=events.append)
     tuning = [e for e in events if e.get("event") == "tuning"]
     assert tuning == [{"event": "tuning", "line": "forks 3, pipelining on, ControlPersist 300s, strategy linear"}]
     assert events[0] is tuning[0]

@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from provisioner.fleet.runner import run_fleet
+from provisioner import context
+from provisioner.fleet.runner import FleetOptions, run_fleet
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.fleet.test_untrusted_inputs import planted, string_paths
 
@@ -34,7 +35,7 @@ def test_templates_in_every_board_reply_run_nothing(tmp_path):
                         cache=tmp_path / "cache", base_index=700)
     try:
         root = fleet.rootfs("evil-8275")
-        launched = run_fleet("launch", fleet.inventory)
+        launched = run_fleet("launch", fleet.inventory, context.current())
         assert launched.row("evil-8275").verdict == "pass", launched.row("evil-8275").reason
         osr = root / "etc/os-release"
         osr.write_text("".join(f'{line.split("=", 1)[0]}="{evil}"\n' for line in osr.read_text().splitlines()
@@ -42,8 +43,9 @@ def test_templates_in_every_board_reply_run_nothing(tmp_path):
         for doc in [root / "etc/edge-llm/release.json", *root.glob("opt/edge-llm/models/*/*/model.json"),
                     *root.glob("etc/edge-llm/serve/*.json")]:
             poison_json(doc, evil)
-        reports = {a: run_fleet(a, fleet.inventory, extra_vars={"edge_llm_benchmark_runs": 1} if a == "benchmark"
-                                else None)
+        reports = {a: run_fleet(a, fleet.inventory, context.current(),
+                                FleetOptions(extra_vars={"edge_llm_benchmark_runs": 1} if a == "benchmark"
+                                             else None))
                    for a in ("verify", "benchmark", "launch")}
     finally:
         fleet.stop()

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.fleet import runner
+from provisioner.fleet.runner import FleetOptions
 
 COMMIT = "c0ffee" + "0" * 58
 SHA = "5" * 64
@@ -84,7 +86,7 @@ def test_extra_vars_are_never_templated_by_ansible(tmp_path):
              "edge_llm_update_os_repo_url": evil, "edge_llm_expected_build_id": evil,
              "edge_llm_deploy_index": {"base_url": evil, "models": [{"name": evil, "files": [{"url": evil}]}]}}
     for action in ("update-os", "deploy", "verify"):
-        run = runner.run_playbook(action, inventory(tmp_path), extra_vars=extra)
+        run = runner.run_playbook(action, inventory(tmp_path), context.current(), FleetOptions(extra_vars=extra))
         assert set(run.hosts) == {"b1"}
         assert not marker.exists(), f"fleet {action} templated a value it was given"
 

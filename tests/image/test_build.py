@@ -16,11 +16,13 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.errors import BuildError
 from provisioner.image import build as B
@@ -110,8 +112,8 @@ def pairs(argv: list[str], flag: str) -> list[str]:
 
 
 def do_build(manifest: Path, out: Path, **kw):
-    return B.build(manifest, out, host_config={"min_free_gb": 0, **kw.pop("host_config", {})},
-                   reporter=B.Reporter(quiet=True), **kw)
+    return B.build(manifest, out, context.current(B.Reporter(quiet=True)),
+                   host_config={"min_free_gb": 0, **kw.pop("host_config", {})}, **kw)
 
 
 def test_build_runs_real_kas_container_and_collects_release(env, tmp_path):
@@ -327,7 +329,8 @@ def test_not_enough_disk(env, tmp_path):
     with pytest.raises(BuildError, match="GB free"):
         do_build(write_manifest(tmp_path), tmp_path / "out", host_config={"min_free_gb": 10 ** 9})
     plan = B.prepare_build(load_manifest(write_manifest(tmp_path)), tmp_path / "out",
-                           host_config={"min_free_gb": 0, "warn_free_gb": 10 ** 9}, dry_run=True)
+                           host_config={"min_free_gb": 0, "warn_free_gb": 10 ** 9}, dry_run=True,
+                           env=context.current().env)
     assert any("cold QLI build wants ~250 GB" in w for w in plan.warnings)
 
 
@@ -342,19 +345,19 @@ def test_root_without_allow_root_refused(env, tmp_path, monkeypatch):
 def test_host_config_file_fills_folders(env, tmp_path):
     cfg = tmp_path / "build.yaml"
     cfg.write_text("dl_dir: /srv/dl-cache\nsstate_dir: cache/sstate\nthreads: 3\n")
-    host = B.load_host_config(cfg)
+    host = B.load_host_config(cfg, env=context.current().env)
     assert host["dl_dir"] == Path("/srv/dl-cache") and host["sstate_dir"] == tmp_path / "cache" / "sstate"
     manifest = load_manifest(write_manifest(tmp_path))
     dirs = B.resolve_dirs(manifest, host, {"HOME": str(tmp_path)})
     assert dirs.dl == tmp_path / "w" / "downloads"      # the manifest's explicit value wins
     # a hash server known only to this host still reaches local.conf (kas does not forward BB_HASHSERVE)
     plan = B.prepare_build(manifest, tmp_path / "out", host_config={"hashserve": "cachehost:8686", "min_free_gb": 0},
-                           dry_run=True)
+                           dry_run=True, env=context.current().env)
     assert plan.env["BB_HASHSERVE"] == "cachehost:8686"
     assert 'BB_HASHSERVE = "cachehost:8686"' in plan.kas_file.read_text()
     cfg.write_text("bogus: 1\n")
     with pytest.raises(BuildError, match="unknown key"):
-        B.load_host_config(cfg)
+        B.load_host_config(cfg, env=context.current().env)
 
 
 def test_ctrl_c_stops_container_and_says_how_to_resume(env, tmp_path):
@@ -440,7 +443,7 @@ def test_litert_runtime_in_host_dl_dir_pins_its_sha256(env, tmp_path):
     f.write_bytes(b"\x7fELF")
     sha = litert.write_tarball({"bin/litert_lm_main": f}, dl / litert.tarball_name())
     plan = B.prepare_build(load_manifest(m), tmp_path / "out", host_config={"dl_dir": dl, "min_free_gb": 0},
-                           dry_run=True)
+                           dry_run=True, env=context.current().env)
     assert plan.env["DL_DIR"] == str(dl)
     assert f'LITERT_LM_RUNTIME_SHA256 = "{sha}"' in plan.kas_file.read_text()
 
@@ -494,7 +497,8 @@ def test_sota_build_collects_the_ostree_commit_into_the_release(env, tmp_path):
     tarball, commit, _ = build_commit(tree, tmp_path / "ostree-work", deploy, image="edge-llm-image",
                                       machine="iq-8275-evk")
     assert tarball.name == "edge-llm-image-iq-8275-evk.rootfs.ostreecommit.tar.xz"
-    result = do_build(_sota_manifest(tmp_path), tmp_path / "out", ota_collector=collect)
+    result = do_build(_sota_manifest(tmp_path), tmp_path / "out",
+                      ota_collector=partial(collect, env=context.current().env))
     rel = json.loads((result.release_dir / "release.json").read_text())
     assert rel["ota"]["commit"] == commit and rel["ota"]["branch"] == "iq-8275-evk"
     assert rel["ota"]["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
@@ -505,7 +509,7 @@ def test_sota_build_without_the_commit_tarball_names_the_file(env, tmp_path):
     from provisioner.ota.commit import collect
 
     with pytest.raises(BuildError) as err:
-        do_build(_sota_manifest(tmp_path), tmp_path / "out", ota_collector=collect)
+        do_build(_sota_manifest(tmp_path), tmp_path / "out", ota_collector=partial(collect, env=context.current().env))
     assert "\n" not in err.value.message
     assert "tmp/deploy/images/iq-8275-evk/edge-llm-image-iq-8275-evk.rootfs.ostreecommit.tar.xz" in err.value.message
     assert not (tmp_path / "out" / "rel-7").exists()      # no release without its commit

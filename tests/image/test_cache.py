@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner import context
 from provisioner.errors import BuildError
 from provisioner.image import cache as C
 from provisioner.manifest import load_manifest
@@ -58,8 +59,9 @@ def hs(tmp_path, monkeypatch):
 def test_serves_sstate_read_only_and_runs_hashserv(hs):
     tmp, exe, sstate = hs
     port = free_port()
-    svc = C.start_cache(sstate, bind="127.0.0.1", http_port=0, hashserv_port=port, advertise="cache.lan",
-                        db=tmp / "state" / "hashserv.db", hashserv_exe=exe, read_only_hashserv=True)
+    svc = C.start_cache(sstate, context.current(),
+                        C.CacheOptions(bind="127.0.0.1", http_port=0, hashserv_port=port, advertise="cache.lan",
+                                       db=tmp / "state" / "hashserv.db", hashserv_exe=exe, read_only_hashserv=True))
     try:
         base = f"http://127.0.0.1:{svc.http_port}"
         assert urllib.request.urlopen(f"{base}/ab/sstate:zlib:x.tar.zst", timeout=5).read() == b"zstd-data"
@@ -93,18 +95,19 @@ def test_missing_hashserv_and_bad_dirs(hs, tmp_path, monkeypatch):
     tmp, exe, sstate = hs
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     with pytest.raises(BuildError, match="bitbake-hashserv not found"):
-        C.find_hashserv()
-    assert C.find_hashserv(bitbake_dir=tmp / "bitbake") == exe
-    assert C.find_hashserv(work_dir=tmp) == exe           # kas's bitbake checkout in the work folder
+        C.find_hashserv(context.current().env)
+    assert C.find_hashserv(context.current().env, bitbake_dir=tmp / "bitbake") == exe
+    assert C.find_hashserv(context.current().env, work_dir=tmp) == exe   # kas's bitbake checkout in the work folder
     with pytest.raises(BuildError, match="does not exist"):
-        C.start_cache(tmp / "nope", hashserv_exe=exe)
+        C.start_cache(tmp / "nope", context.current(), C.CacheOptions(hashserv_exe=exe))
     # a hash server that dies at start is reported with its last line
     bad = tmp / "bad-hashserv"
     bad.write_text("#!/bin/sh\necho 'sqlite3.OperationalError: unable to open database file'\nexit 1\n")
     bad.chmod(0o755)
     with pytest.raises(BuildError, match="stopped at start: sqlite3.OperationalError"):
-        C.start_cache(sstate, bind="127.0.0.1", http_port=0, hashserv_port=free_port(), hashserv_exe=bad,
-                      db=tmp / "db" / "h.db")
+        C.start_cache(sstate, context.current(),
+                      C.CacheOptions(bind="127.0.0.1", http_port=0, hashserv_port=free_port(), hashserv_exe=bad,
+                                     db=tmp / "db" / "h.db"))
 
 
 def test_cli_serve_prints_snippet_and_stops_on_ctrl_c(hs):
@@ -141,7 +144,8 @@ def test_default_serves_this_host_only(hs):
     """No --bind: mirror and hash server on loopback; the one hash server is this host's writer."""
     tmp, exe, sstate = hs
     port = free_port()
-    with C.start_cache(sstate, http_port=0, hashserv_port=port, db=tmp / "h.db", hashserv_exe=exe) as svc:
+    with C.start_cache(sstate, context.current(),
+                       C.CacheOptions(http_port=0, hashserv_port=port, db=tmp / "h.db", hashserv_exe=exe)) as svc:
         assert svc.http.server_address[0] == "127.0.0.1"
         assert _records(tmp) == [["--bind", f"127.0.0.1:{port}", "--database", str(tmp / "h.db")]]
         assert svc.hashserve == svc.write_hashserve == f"127.0.0.1:{port}"
@@ -152,8 +156,9 @@ def test_lan_bind_serves_hash_equivalence_read_only_and_writes_on_loopback(hs):
     tmp, exe, sstate = hs
     port, wport = free_port(), free_port()
     db = tmp / "h.db"
-    with C.start_cache(sstate, bind="0.0.0.0", http_port=0, hashserv_port=port, write_port=wport,
-                       advertise="cache.lan", db=db, hashserv_exe=exe) as svc:
+    with C.start_cache(sstate, context.current(),
+                       C.CacheOptions(bind="0.0.0.0", http_port=0, hashserv_port=port, write_port=wport,
+                                      advertise="cache.lan", db=db, hashserv_exe=exe)) as svc:
         reader, writer = _records(tmp)
         assert reader == ["--bind", f"0.0.0.0:{port}", "--database", str(db), "--read-only"]
         assert writer == ["--bind", f"127.0.0.1:{wport}", "--database", str(db)]   # same database
@@ -164,10 +169,12 @@ def test_lan_bind_serves_hash_equivalence_read_only_and_writes_on_loopback(hs):
     assert all(p.poll() is not None for p in procs)                   # both stopped with the service
     # the write port defaults to the next one; the same port as the LAN server is refused
     with pytest.raises(BuildError, match="uses the LAN hash server's port"):
-        C.start_cache(sstate, bind="0.0.0.0", http_port=0, hashserv_port=port, write_port=port,
-                      db=db, hashserv_exe=exe)
-    with C.start_cache(sstate, bind="0.0.0.0", http_port=0, hashserv_port=port, db=db, hashserv_exe=exe,
-                       read_only_hashserv=True) as svc:
+        C.start_cache(sstate, context.current(),
+                      C.CacheOptions(bind="0.0.0.0", http_port=0, hashserv_port=port, write_port=port, db=db,
+                                     hashserv_exe=exe))
+    with C.start_cache(sstate, context.current(),
+                       C.CacheOptions(bind="0.0.0.0", http_port=0, hashserv_port=port, db=db, hashserv_exe=exe,
+                                      read_only_hashserv=True)) as svc:
         assert svc.write_hashserve is None and svc.writer is None   # --read-only-hashserv: nobody writes
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner import catalog
+from provisioner import catalog, context
 from provisioner.errors import RenderError
 from provisioner.image.render import MAIN_FILE, render, validate_with_kas
 from provisioner.manifest import load_manifest
@@ -65,7 +65,7 @@ def _other_repos(fx) -> dict[str, dict[str, str]]:
 def test_kas_dump_resolves_release_pins_and_base_lock(tmp_path, monkeypatch, fx):
     _add_release(monkeypatch, "qli-fixture", fx.release_entry())
     res = render(_manifest(tmp_path, "qli-fixture"), tmp_path / "out", repo_overrides=_other_repos(fx))
-    cfg = validate_with_kas(res, work_dir=tmp_path / "work")
+    cfg = validate_with_kas(res, env=context.current().env, work_dir=tmp_path / "work")
     repos = cfg["repos"]
     for name in ("bitbake", "meta-qcom", "oe-core", "meta-lts-mixins"):
         assert repos[name]["commit"] == fx.head(name), name
@@ -112,7 +112,7 @@ def test_production_pins_stay_while_repos_are_redirected(tmp_path, fx):
         ("bitbake", "meta-qcom", "oe-core", "meta-lts-mixins", "meta-qcom-distro", "meta-openembedded")))
     assert (res.out_dir / MAIN_FILE).read_bytes() == (plain.out_dir / MAIN_FILE).read_bytes()
     assert "ef0004df267743cc89d6a09bc724bc99ff541c01" in (res.out_dir / MAIN_FILE).read_text()
-    cfg = validate_with_kas(res, work_dir=tmp_path / "work")
+    cfg = validate_with_kas(res, env=context.current().env, work_dir=tmp_path / "work")
     assert cfg["repos"]["meta-qcom"]["commit"] == fx.head("meta-qcom")
 
 
@@ -124,7 +124,7 @@ def test_include_missing_in_the_checkout_is_caught_by_kas(tmp_path, monkeypatch,
     res = render(_manifest(tmp_path, "qli-wrong"), tmp_path / "out", repo_overrides=_other_repos(fx),
                  extra_includes=("ci/linux-qcom-6.18.yml",))
     with pytest.raises(RenderError) as e:
-        validate_with_kas(res, work_dir=tmp_path / "work")
+        validate_with_kas(res, env=context.current().env, work_dir=tmp_path / "work")
     assert "kas cannot resolve" in str(e.value) and "not found" in str(e.value).lower()
 
 
@@ -132,7 +132,7 @@ def test_rc3_like_release_with_618_include(tmp_path, monkeypatch, fx618):
     _add_release(monkeypatch, "qli-rc3-like", fx618.release_entry())
     res = render(_manifest(tmp_path, "qli-rc3-like"), tmp_path / "out", repo_overrides=_other_repos(fx618),
                  extra_includes=("ci/linux-qcom-6.18.yml",))
-    cfg = validate_with_kas(res, work_dir=tmp_path / "work")
+    cfg = validate_with_kas(res, env=context.current().env, work_dir=tmp_path / "work")
     assert "linux-qcom-6.18" in cfg["local_conf_header"]["kernel"]
 
 
@@ -159,14 +159,14 @@ def test_validate_refuses_an_entry_that_would_replace_meta_qcoms(tmp_path, monke
                            lambda b: b["local_conf_header"].update({"edge-llm-cache": "INHERIT += \"x\"\n"})):
         res = render(_manifest(tmp_path, "qli-clash"), tmp_path / "out", repo_overrides=_other_repos(fx))
         with pytest.raises(RenderError, match="entry 'edge-llm-cache' replaces meta-qcom ci/base.yml's entry"):
-            validate_with_kas(res, work_dir=tmp_path / "work")
+            validate_with_kas(res, env=context.current().env, work_dir=tmp_path / "work")
 
 
 def test_validate_refuses_a_configuration_without_build_id_in_os_release(tmp_path, monkeypatch, fx):
     with _meta_qcom_commit(monkeypatch, fx, "qli-no-os-release", lambda b: b["local_conf_header"].pop("os-release")):
         res = render(_manifest(tmp_path, "qli-no-os-release"), tmp_path / "out", repo_overrides=_other_repos(fx))
         with pytest.raises(RenderError, match="no local_conf_header entry adds BUILD_ID to OS_RELEASE_FIELDS"):
-            validate_with_kas(res, work_dir=tmp_path / "work")
+            validate_with_kas(res, env=context.current().env, work_dir=tmp_path / "work")
 
 
 def test_reduced_qcom_distro_fixtures_agree_with_the_real_files(realworld_ci):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.sim.ostree_image import build_commit
 
@@ -58,7 +59,7 @@ def make_release(base: Path, release: str, tree: Path, work: Path) -> Path:
     tarball, _, _ = build_commit(tree, work, deploy, image=IMAGE, machine=MACHINE)
     rel = base / release
     rel.mkdir(parents=True)
-    ota = collect(tarball, rel, MACHINE)
+    ota = collect(tarball, rel, MACHINE, env=context.current().env)
     (rel / "release.json").write_text(json.dumps({"format": 1, "release": release, "board": MACHINE, "ota": ota}))
     return rel
 

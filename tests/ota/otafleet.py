@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from provisioner import context
 from provisioner.rehearse_ota import image_tree as rehearse_image_tree
 from provisioner.rehearse_ota import keep_board_etc
 from provisioner.sim import host, ostree_board
@@ -49,7 +50,7 @@ def build_release(base: Path, build_id: str, tree: Path) -> tuple[Path, str]:
                                       machine=BRANCH)
     rel = base / f"rel-{build_id}"
     rel.mkdir(parents=True, exist_ok=True)
-    ota = collect(tarball, rel, BRANCH)
+    ota = collect(tarball, rel, BRANCH, env=context.current().env)
     (rel / "release.json").write_text(json.dumps({"format": 1, "release": build_id, "board": BRANCH, "ota": ota}))
     return rel, commit
 

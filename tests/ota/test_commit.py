@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import context
 from provisioner.errors import ArtifactError, BuildError
 from provisioner.image.collect import find_ostree_commit
 from provisioner.ota.commit import extract_repo, read_tarball
@@ -31,7 +32,7 @@ def test_tarball_has_meta_updaters_name_and_shape(tmp_path: Path) -> None:
         names = tf.getnames()
     assert "./config" in names and f"./refs/heads/{MACHINE}" in names
     assert dropped == ["opt"]                        # meta-updater does not keep /opt in the commit
-    info = read_tarball(tarball, MACHINE)
+    info = read_tarball(tarball, MACHINE, context.current().env)
     assert (info.commit, info.branch, info.version) == (commit, MACHINE, "2.0")
     assert info.subject.startswith("Commit-id: qcom-multimedia-image-iq-8275-evk.rootfs-")
     assert info.content_size >= 200 and info.size == tarball.stat().st_size
@@ -43,7 +44,7 @@ def test_rebuild_keeps_the_old_commit_and_the_branch_names_the_new_one(tmp_path:
                  machine=MACHINE)
     tarball, second, _ = build_commit(rootfs(tmp_path / "b", runtime=b"2", model=b"m"), work, tmp_path / "d2",
                                       image=IMAGE, machine=MACHINE)
-    assert read_tarball(tarball, MACHINE).commit == second
+    assert read_tarball(tarball, MACHINE, context.current().env).commit == second
 
 
 def test_not_a_commit_tarball_is_one_line(tmp_path: Path) -> None:
@@ -52,7 +53,7 @@ def test_not_a_commit_tarball_is_one_line(tmp_path: Path) -> None:
         (tmp_path / "hello").write_text("hi")
         tf.add(tmp_path / "hello", arcname="./hello")
     with pytest.raises(ArtifactError, match="no archive-mode OSTree repository"):
-        read_tarball(bad, MACHINE)
+        read_tarball(bad, MACHINE, context.current().env)
     with pytest.raises(BuildError, match="BUILD_OSTREE_REPO_TARBALL"):
         find_ostree_commit(tmp_path, MACHINE, IMAGE)
 

@@ -138,6 +138,7 @@ def test_gpg_key_file_signs_commit_and_summary(cli, tmp_path: Path, two_releases
 
 def test_ostree_gets_the_runs_path_and_none_of_its_secrets(tmp_path: Path, two_releases) -> None:
     """publish() runs ostree with the environment the CLI edge passed in, cut to PATH/locale/HOME."""
+    from provisioner import context
     from provisioner.ota.publish import publish
 
     r1, _ = two_releases
@@ -149,7 +150,7 @@ def test_ostree_gets_the_runs_path_and_none_of_its_secrets(tmp_path: Path, two_r
     wrapper.chmod(0o755)
     run_env = {"PATH": f"{bindir}:{os.defpath}", "HOME": str(tmp_path), "LANG": "C.UTF-8",
                "PROVISIONER_HTTP_TOKEN": "tok-s3cret", "PROVISIONER_CONSOLE_PASSWORD": "root-pw"}
-    result = publish(r1, tmp_path / "srv", env=run_env)
+    result = publish(r1, tmp_path / "srv", context.RunContext(run_env))
     assert result.release == "r1"
     text = seen.read_text()                            # the run's PATH found the wrapper: ostree ran through it
     assert text.count("---") >= 3 and f"PATH={bindir}:" in text

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from provisioner import context
 from provisioner.errors import SimError
-from provisioner.fleet.runner import run_fleet
+from provisioner.fleet.runner import FleetOptions, run_fleet
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
 from tests.ota import otafleet as of
 
@@ -53,7 +54,8 @@ def ota(tmp_path_factory):
     of.make_ota_boards(fleet, repo, c1, skip=("plain-8275",))
     # two boards serve their models (fleet launch enables the instance, so it starts again after the OTA
     # reboot and the gate also goes through the API); the others were never launched
-    launch = run_fleet("launch", fleet.inventory, limit="good-8275,badnpu-8275", log_path=base / "launch.log")
+    launch = run_fleet("launch", fleet.inventory, context.current(),
+                       FleetOptions(limit="good-8275,badnpu-8275", log_path=base / "launch.log"))
     assert {r.board: r.verdict for r in launch.rows} == {"good-8275": "pass", "badnpu-8275": "pass"}, \
         [(r.board, r.reason) for r in launch.rows]
     with of.serving(fleet, base, repo) as server:
@@ -219,10 +221,12 @@ def test_up_to_date_board_costs_one_task(ota):
         if event.get("event") == "host":
             tasks.setdefault(event["host"], []).append(str(event.get("action")))
 
-    report = run_fleet("update-os", fleet.inventory, limit="good-8275", on_event=count,
-                       extra_vars={**of.SIM_VARS, "edge_llm_update_os_repo_url": server.url,
-                                   "edge_llm_update_os_branch": data["ota"]["branch"],
-                                   "edge_llm_update_os_commit": data["ota"]["commit"]})
+    report = run_fleet("update-os", fleet.inventory, context.current(),
+                       FleetOptions(limit="good-8275",
+                                    extra_vars={**of.SIM_VARS, "edge_llm_update_os_repo_url": server.url,
+                                                "edge_llm_update_os_branch": data["ota"]["branch"],
+                                                "edge_llm_update_os_commit": data["ota"]["commit"]}),
+                       on_event=count)
     assert of.booted(fleet, "good-8275") == c2
     assert [r.verdict for r in report.rows] == ["pass"]
     assert tasks["good-8275"] == ["edge_llm.fleet.ostree"], tasks     # no argument-spec task beside it

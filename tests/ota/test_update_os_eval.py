@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from provisioner import context
 from provisioner.eval.suite import load_suite
 from provisioner.fleet.runner import run_fleet
 from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port
@@ -39,7 +40,7 @@ def test_an_image_whose_model_scores_below_the_release_min_score_is_rolled_back(
         of.publish(rel1, repo)
         of.publish(rel2, repo)
         of.make_ota_boards(fleet, repo, c1)
-        launch = run_fleet("launch", fleet.inventory)
+        launch = run_fleet("launch", fleet.inventory, context.current())
         assert launch.row("ev-8275").verdict == "pass", launch.row("ev-8275").reason
         # what `build` writes from a manifest's verify: {eval: {suite: default, min_score: 0.5}}
         meta = rel2 / "release.json"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.errors import StationError
 from provisioner.station.config import load_config
@@ -139,7 +140,7 @@ def test_two_stations_flashing_at_once_write_one_history(pg, central, release_82
     assert [(h["station"], h["serial"], h["result"]) for h in hist] == [("bench-b", "0AA94E09", "passed")]
     assert main(["station", "history", "--config", str(cfg), "--outcome", "failed", "--json"]) == 0
     # the dashboard's reader searches every station; only this station's rows link a local qdl log
-    reader = history_reader(load_config(cfg))
+    reader = history_reader(load_config(cfg), context.current().env)
     try:
         found = reader.search(serial="0aa94e", limit=50)
         assert sorted((r["station"], bool(r["log_path"])) for r in found) == \
@@ -149,7 +150,7 @@ def test_two_stations_flashing_at_once_write_one_history(pg, central, release_82
         reader.close()
     # with the central database unreachable the search answers from this station alone
     dead = station_yaml(a, "bench-a", None, records=f"postgresql://x@127.0.0.1:{_closed_port()}/db")
-    reader = history_reader(load_config(dead))
+    reader = history_reader(load_config(dead), context.current().env)
     try:
         assert {r["station"] for r in reader.search(release="gemma4")} == {"bench-a"} and reader.error
     finally:
@@ -240,7 +241,7 @@ def test_a_duplicate_delivery_after_a_crash_is_not_a_duplicate_record(pg, centra
              "from provisioner.station.config import load_config\n"
              "from provisioner.station.outbox import Central, Outbox\n"
              "cfg = load_config(sys.argv[1]); ob = Outbox(cfg.database)\n"
-             "got = Central(cfg.central).deliver(ob.station_db, ob.pending())\n"
+             "got = Central(cfg.central, dict(os.environ)).deliver(ob.station_db, ob.pending())\n"
              "assert len(got.inserted) == 2\n"
              "os.kill(os.getpid(), signal.SIGKILL)\n")
     proc = subprocess.run([sys.executable, "-c", crash, str(cfg)], env=run_env(), capture_output=True, text=True)
@@ -406,7 +407,7 @@ def test_a_central_row_that_is_not_an_attempt_record_is_skipped_and_counted(pg, 
     assert main(["station", "history", "--config", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "0AA94E00" in out and "3 central row(s) skipped" in out
-    reader = history_reader(load_config(cfg))
+    reader = history_reader(load_config(cfg), context.current().env)
     try:
         assert [r["serial"] for r in reader.search()] == ["0AA94E00"] and reader.error is None
     finally:

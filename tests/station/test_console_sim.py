@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.sim import control
 from provisioner.station.config import Credential
@@ -52,7 +53,8 @@ def test_slow_login_is_waited_for_and_never_leaks_the_password(booted, monkeypat
     monkeypatch.setenv("PROVISIONER_SIM_LOGIN_DELAY_S", "2.5")
     vb = booted()[0]
     log = tmp_path / "console.log"
-    with ConsoleDriver(str(vb.console_link), credential=Credential(), prompt_timeout_s=30, log_path=log) as con:
+    with ConsoleDriver(str(vb.console_link), env=context.current().env, credential=Credential(), prompt_timeout_s=30,
+                       log_path=log) as con:
         con.ensure_shell()
         assert con.run("uname -m").output.strip() == "aarch64"
     assert "oelinux123" not in log.read_text()
@@ -66,7 +68,8 @@ def test_stalled_board_late_prompts_are_not_answered_twice(booted, monkeypatch, 
     monkeypatch.setenv("PROVISIONER_SIM_CONSOLE_LAG_S", "5")
     vb = booted()[0]
     log = tmp_path / "console.log"
-    with ConsoleDriver(str(vb.console_link), credential=Credential(), prompt_timeout_s=60, log_path=log) as con:
+    with ConsoleDriver(str(vb.console_link), env=context.current().env, credential=Credential(), prompt_timeout_s=60,
+                       log_path=log) as con:
         con.ensure_shell()
     assert "Login incorrect" not in log.read_text()
     assert b"oelinux123" not in vb.log_path.read_bytes()
@@ -134,7 +137,7 @@ def test_debug_image_boot_check_logs_in_and_a_production_board_cannot_be_sent_to
     vb = booted(1)[0]
     station.config.consoles = {vb.serial: str(vb.console_link)}
     with Records(station.config.database) as rec:
-        run = flash_release(release_8275_debug, station.config,
+        run = flash_release(release_8275_debug, station.config, context.current(),
                             FlashOptions(serials=(vb.serial,), boot_check=True, boot_timeout_s=30, edl_timeout_s=15),
                             records=rec)
         assert run.ok, [r.error for r in run.results]
@@ -143,16 +146,16 @@ def test_debug_image_boot_check_logs_in_and_a_production_board_cannot_be_sent_to
         assert (ident["build_id"], ident["machine"], ident["serial"]) == (
             "gemma4-e2b-iq8275-2026.11-debug", "QCS8275", vb.serial)
 
-        run = flash_release(release_8275, station.config,
+        run = flash_release(release_8275, station.config, context.current(),
                             FlashOptions(serials=(vb.serial,), boot_check=True, boot_timeout_s=30, edl_timeout_s=15),
                             records=rec)
         assert run.ok and run.results[0].identity["source"] == "console banner"
-        seen = scan(station.config, [str(vb.console_link)]).consoles[0]
+        seen = scan(station.config, [str(vb.console_link)], env=context.current().env).consoles[0]
         assert seen.identity["build_id"] == "gemma4-e2b-iq8275-2026.11" and "refused" in seen.error
         assert main(["console", str(vb.console_link), "--identity"]) == 2
         err = capsys.readouterr().err
         assert "refused on a board running release gemma4-e2b-iq8275-2026.11" in err and "use SSH" in err
-        run = flash_release(release_8275, station.config,
+        run = flash_release(release_8275, station.config, context.current(),
                             FlashOptions(serials=(vb.serial,), edl_timeout_s=15), records=rec)
     assert not run.ok
     assert "root cannot log in on its console" in run.results[0].error
@@ -174,10 +177,12 @@ def test_board_without_prompt_fails_with_port_named(booted, capsys):
 
 def test_already_logged_in_board_is_reused(booted):
     vb = booted()[0]
-    with ConsoleDriver(str(vb.console_link), credential=Credential(), prompt_timeout_s=5) as con:
+    with ConsoleDriver(str(vb.console_link), env=context.current().env, credential=Credential(),
+                       prompt_timeout_s=5) as con:
         con.ensure_shell()
     # the shell stays logged in on the line (like a real UART); no password needed the second time
-    with ConsoleDriver(str(vb.console_link), credential=Credential(env="NO_SUCH_VAR"), prompt_timeout_s=5) as con:
+    with ConsoleDriver(str(vb.console_link), env=context.current().env, credential=Credential(env="NO_SUCH_VAR"),
+                       prompt_timeout_s=5) as con:
         assert con.run("whoami").output.strip() == "root"
 
 

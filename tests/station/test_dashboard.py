@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.station.dashboard import DashboardServer, DashboardSettings
 from provisioner.station.flash import FlashOptions, flash_release
@@ -80,7 +81,8 @@ def flashed(station, release_8275):
     bad.add_fault("edl-drop")
     station.config.slots = {ok.slot: "slot 1", bad.slot: "slot 2"}
     with Records(station.config.database) as rec:
-        flash_release(release_8275, station.config, FlashOptions(all_boards=True, retries=0), records=rec)
+        flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True, retries=0),
+                      records=rec)
     return station, ok, bad
 
 

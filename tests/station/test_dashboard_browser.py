@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from provisioner import context
 from provisioner.sim import control
 from provisioner.station.dashboard import DashboardServer, DashboardSettings
 from provisioner.station.flash import FlashOptions, flash_release
@@ -66,7 +67,7 @@ def test_tiles_follow_a_boot_checked_flash_live_and_history_links_logs(station, 
 
             def flash() -> None:
                 with Records(cfg.database) as rec:
-                    runs.append(flash_release(release_8275, cfg, FlashOptions(
+                    runs.append(flash_release(release_8275, cfg, context.current(), FlashOptions(
                         serials=(good.serial, bad.serial), boot_check=True, boot_timeout_s=60, retries=0,
                         edl_timeout_s=30), records=rec))
 

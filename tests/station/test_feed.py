@@ -6,6 +6,7 @@ import os
 import select
 import threading
 
+from provisioner import context
 from provisioner.station import feed
 from provisioner.station.feed import FeedReceiver, FeedSender, feed_dir
 from provisioner.station.flash import FlashOptions, flash_release
@@ -30,7 +31,8 @@ def test_a_listening_dashboard_gets_every_boards_states_progress_and_outcome(sta
     th.start()
     try:
         with Records(station.config.database) as rec:
-            flash_release(release_8275, station.config, FlashOptions(all_boards=True, retries=0), records=rec)
+            flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True, retries=0),
+                          records=rec)
             attempts = {h["serial"]: h["id"] for h in rec.history()}
     finally:
         done.set()

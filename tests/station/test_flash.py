@@ -4,10 +4,12 @@ records, history and inventory."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.errors import StationError
 from provisioner.station import edl
@@ -37,7 +39,7 @@ def test_parallel_flash_writes_every_board(station, release_8275):
     boards = station.add(3)
     events = []
     with Records(station.config.database) as rec:
-        run = flash_release(release_8275, station.config,
+        run = flash_release(release_8275, station.config, context.current(),
                             FlashOptions(all_boards=True), records=rec, listener=events.append)
         hist = rec.history()
     assert run.ok and [r.serial for r in run.results] == [b.serial for b in boards]
@@ -58,7 +60,7 @@ def test_edl_drop_fails_alone(station, release_8275):
     good = station.add(2)
     bad = station.add(1, faults=("edl-drop",), start=2)[0]
     with Records(station.config.database) as rec:
-        run = flash_release(release_8275, station.config,
+        run = flash_release(release_8275, station.config, context.current(),
                             FlashOptions(all_boards=True, retries=1, reappear_timeout_s=1.0), records=rec)
         hist = {h["serial"]: h for h in rec.history()}
     res = {r.serial: r for r in run.results}
@@ -92,7 +94,9 @@ def test_transient_drop_is_retried_when_the_board_comes_back(station, release_82
 
     t = threading.Thread(target=replug)
     t.start()
-    run = flash_release(release_8275, station.config,
+    # the run's environment is this process's, live (not the copy context.current() takes): the replug
+    # above takes the simulator's drop knob away between the two qdl runs
+    run = flash_release(release_8275, station.config, context.RunContext(os.environ),
                         FlashOptions(serials=(board.serial,), retries=2, reappear_timeout_s=10))
     t.join()
     assert run.ok and run.results[0].tries == 2
@@ -102,22 +106,24 @@ def test_transient_drop_is_retried_when_the_board_comes_back(station, release_82
 def test_old_qdl_is_detected_and_refused_for_parallel(station, release_8275):
     station.add(2)
     old = str(station.wrappers["qdl-2022"])
-    info = detect_qdl(old)
+    info = detect_qdl(old, context.current().env)
     assert not info.has_serial and info.version is None
     station.config.qdl = old
     with pytest.raises(StationError, match=r"no --serial.*2 boards.*qdl-native"):
-        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
+        flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True))
     with pytest.raises(StationError, match="--allow-old-qdl"):
-        flash_release(release_8275, station.config, FlashOptions(serials=("0AA94E00",)))
+        flash_release(release_8275, station.config, context.current(), FlashOptions(serials=("0AA94E00",)))
     # with the flag, still refused while two boards are in EDL (old qdl picks whichever it finds)
     with pytest.raises(StationError, match="cannot choose"):
-        flash_release(release_8275, station.config, FlashOptions(serials=("0AA94E00",), allow_old_qdl=True))
+        flash_release(release_8275, station.config, context.current(), FlashOptions(serials=("0AA94E00",),
+                                                                                    allow_old_qdl=True))
 
 
 def test_old_qdl_one_board_alone_with_flag(station, release_8275):
     board = station.add(1)[0]
     station.config.qdl = str(station.wrappers["qdl-2022"])
-    run = flash_release(release_8275, station.config, FlashOptions(serials=(board.serial,), allow_old_qdl=True))
+    run = flash_release(release_8275, station.config, context.current(), FlashOptions(serials=(board.serial,),
+                                                                                      allow_old_qdl=True))
     assert run.ok and "no --serial" in run.qdl.describe()
     _assert_flashed(board.reload(), next((release_8275 / "flash").iterdir()))
 
@@ -126,15 +132,15 @@ def test_qdl_missing(station, release_8275):
     station.add(1)
     station.config.qdl = str(station.root / "bin" / "no-such-qdl")
     with pytest.raises(StationError, match=r"qdl not found at .*bitbake qdl-native"):
-        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
+        flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True))
 
 
 def test_unknown_serial_and_no_devices(station, release_8275):
     with pytest.raises(StationError, match=f"no boards in EDL on this station \\(sysfs root {station.root}"):
-        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
+        flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True))
     station.add(1)
     with pytest.raises(StationError, match=r"board DEADBEEF is not connected.*0AA94E00"):
-        flash_release(release_8275, station.config, FlashOptions(serials=("deadbeef",)))
+        flash_release(release_8275, station.config, context.current(), FlashOptions(serials=("deadbeef",)))
     assert station.add(1, start=1)[0].reload().state == "edl"  # nothing was touched
 
 
@@ -182,7 +188,7 @@ def test_slot_wired_to_another_board_type_is_refused(station, release_8275):
     station.config.boards = {"1-4.1": "iq-9075-evk"}
     station.config.slots = {"1-4.1": "slot 1"}
     with pytest.raises(StationError, match="slot slot 1 holds a iq-9075-evk, the release is for iq-8275-evk"):
-        flash_release(release_8275, station.config, FlashOptions(all_boards=True))
+        flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True))
 
 
 def test_jobs_limits_parallelism(station, release_8275):
@@ -196,7 +202,8 @@ def test_jobs_limits_parallelism(station, release_8275):
         if ev.kind == "state" and ev.detail["state"] in ("flashed", "failed"):
             running.discard(ev.serial)
 
-    run = flash_release(release_8275, station.config, FlashOptions(all_boards=True, jobs=1), listener=listener)
+    run = flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True, jobs=1),
+                        listener=listener)
     assert run.ok and max(peak) == 1
 
 
@@ -207,7 +214,7 @@ def test_qdl_timeout_when_the_board_never_shows_up(station, release_8275, tmp_pa
 
     station.add(1)
     pf = preflight(release_8275)
-    drv = QdlDriver(detect_qdl(station.config.qdl))
+    drv = QdlDriver(detect_qdl(station.config.qdl, context.current().env), env=context.current().env)
     out = drv.flash(pf.qdl_args(), serial="0FFFFFFF", planned=[], log_path=tmp_path / "q.log", timeout_s=1.5)
     assert not out.ok and out.timed_out
     assert out.error == "qdl did not see board 0FFFFFFF in EDL within 1.5 s"
@@ -224,7 +231,7 @@ def test_qdl_without_version_option(tmp_path, usage, has_serial):
     fake = tmp_path / "qdl"
     fake.write_text(f"#!/bin/sh\necho \"qdl: unrecognized option '$1'\" >&2\necho '{usage}' >&2\nexit 1\n")
     fake.chmod(0o755)
-    info = detect_qdl(str(fake))
+    info = detect_qdl(str(fake), context.current().env)
     assert info.version is None and info.has_serial is has_serial and not info.has_version_option
 
 
@@ -264,7 +271,7 @@ def test_a_slow_records_database_does_not_hold_back_a_boards_qdl(station, releas
     monkeypatch.setattr(Records, "_write", slow_write)
     monkeypatch.setattr(Records, "start_attempt", start_attempt)
     with Records(station.config.database) as rec:
-        run = flash_release(release_8275, station.config, FlashOptions(all_boards=True), records=rec,
+        run = flash_release(release_8275, station.config, context.current(), FlashOptions(all_boards=True), records=rec,
                             listener=listener)
         steps = [(e["step"], e["kind"]) for e in rec.events(armed[0])]
         hist = rec.history(board.serial)

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 import yaml
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.contracts import inventory
 from provisioner.errors import UserError
@@ -180,7 +181,7 @@ def test_debug_image_identity_is_read_as_root(station, release_8275_debug, monke
 
         station.config.consoles = {vb.serial: str(vb.console_link)}
         with Records(station.config.database) as rec:
-            run = flash_release(release_8275_debug, station.config,
+            run = flash_release(release_8275_debug, station.config, context.current(),
                                 FlashOptions(serials=(vb.serial,), boot_check=True, boot_timeout_s=30,
                                              edl_timeout_s=15), records=rec)
         assert run.ok, [r.error for r in run.results]

@@ -8,6 +8,7 @@ import tarfile
 
 import pytest
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.errors import StationError
 from provisioner.station.bundle import preflight
@@ -129,6 +130,6 @@ def test_flash_refuses_bad_bundle_before_touching_boards(station, bundle_copy):
     board = station.add(1)[0]
     with pytest.raises(StationError, match="preflight failed.*missing: cdt.bin"):
         from provisioner.station.flash import FlashOptions, flash_release
-        flash_release(bundle_copy, station.config, FlashOptions(all_boards=True))
+        flash_release(bundle_copy, station.config, context.current(), FlashOptions(all_boards=True))
     with open(board.lun_path(3), "rb") as f:
         assert f.read(1 << 16).count(0) == 1 << 16  # LUN 3 untouched

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from provisioner import context
 from provisioner.cli import main
 from provisioner.station.records import Records
 
@@ -31,7 +32,7 @@ def test_qdl_sees_no_secret_of_the_station_or_the_shell(tmp_path, monkeypatch):
     for name in ("PROVISIONER_DASHBOARD_TOKEN", "STATION_RECORDS_PW", "EDGE_LLM_CONSOLE_PASSWORD", "AWS_SECRET"):
         monkeypatch.setenv(name, "s3cr3t-" + name)
     monkeypatch.setenv("LIBUSB_DEBUG", "4")
-    assert detect_qdl(str(fake)).version == "2.5"
+    assert detect_qdl(str(fake), context.current().env).version == "2.5"
     env = seen.read_text()
     assert "s3cr3t" not in env
     assert "LIBUSB_DEBUG=4" in env and "PATH=" in env
@@ -53,7 +54,7 @@ def test_a_secret_file_that_is_not_text_is_one_line_showing_none_of_it(tmp_path,
                              tmp_path, "station.yaml")
     for read in (Credential(file=secret).secret, central.password, Credential(file=tmp_path).secret):
         try:
-            read()
+            read({})
         except StationError as exc:
             assert "password file" in str(exc) and "0xff" not in str(exc) and "kkk" not in str(exc)
         else:

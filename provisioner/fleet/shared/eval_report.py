@@ -12,6 +12,7 @@ control characters made visible, :func:`provisioner.fleet.shared.report.visible_
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Callable
@@ -19,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner.context import RunContext
 from provisioner.errors import FleetError
 from provisioner.eval.suite import Suite
 from provisioner.fleet import eval as fleet_eval
-from provisioner.fleet.runner import HostOutcome
+from provisioner.fleet.runner import FleetOptions, HostOutcome
 from provisioner.fleet.shared.inventory import atomic_write
 from provisioner.fleet.shared.report import FleetReport, csv_cell, visible_text
 
@@ -145,13 +147,15 @@ def build_eval_report(suite: Suite, min_score: float | None, fleet: FleetReport,
     return rep
 
 
-def run_eval(inventory: Path | str, suite: Suite, min_score: float | None, *, limit: str | None = None,
-             report_path: Path | None = None, forks: int | None = None, extra_args: tuple[str, ...] = (),
-             on_event: Callable[[dict[str, Any]], None] | None = None, log_path: Path | None = None,
-             timeout_s: float | None = None, env: dict[str, str] | None = None) -> EvalReport:
+def run_eval(inventory: Path | str, suite: Suite, min_score: float | None, ctx: RunContext,
+             options: FleetOptions | None = None, *,
+             on_event: Callable[[dict[str, Any]], None] | None = None) -> EvalReport:
     """Run the eval playbook over ``inventory`` and build the :class:`EvalReport` (written beside
-    ``report_path`` when given, after the fleet report itself)."""
+    ``options.report_path`` when given, after the fleet report itself)."""
     from provisioner.fleet.runner import run_fleet
+
+    opts = options or FleetOptions()
+    report_path = opts.report_path
 
     outcomes: dict[str, HostOutcome] = {}
 
@@ -164,9 +168,10 @@ def run_eval(inventory: Path | str, suite: Suite, min_score: float | None, *, li
         if on_event:
             on_event(ev)
 
-    fleet = run_fleet("eval", inventory, limit=limit, extra_vars=fleet_eval.eval_vars(suite, min_score),
-                      extra_args=extra_args, report_path=report_path, forks=forks, on_event=collect,
-                      log_path=log_path, timeout_s=timeout_s, env=env)
+    fleet = run_fleet("eval", inventory, ctx,
+                      dataclasses.replace(opts, extra_vars={**(opts.extra_vars or {}),
+                                                            **fleet_eval.eval_vars(suite, min_score)}),
+                      on_event=collect)
     rep = build_eval_report(suite, min_score, fleet, outcomes)
     if report_path:
         rep.write_beside(report_path)
