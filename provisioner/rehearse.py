@@ -20,13 +20,13 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import requests
 import yaml
 
-from provisioner import context, tools
+from provisioner import context, rehearse_serve, tools
 from provisioner.errors import UserError
 from provisioner.manifest import Manifest, load_manifest
 from provisioner.rehearse_lanes import (
@@ -81,6 +81,7 @@ class Rehearsal:
         self.fleet_reports: dict[str, Any] = {}
         self.failed_boards: dict[str, str] = {}
         self.completions: dict[str, dict[str, Any]] = {}
+        self.eval_scores: dict[str, dict[str, Any]] = {}
         self.boards_info: dict[str, dict[str, Any]] = {}
         self._cred: Any = None
         self.ota: Any = None
@@ -112,8 +113,10 @@ class Rehearsal:
                  what="ansible-playbook verify.yml over real SSH; NPU runtime simulated"),
             Step("fleet launch", self.step_launch, simulated=True,
                  what="ansible-playbook launch.yml: edge-llm-serve@<model> per board"),
-            Step("completion", self.step_completion, simulated=True,
+            Step("completion", partial(rehearse_serve.step_completion, self), simulated=True,
                  what="one HTTP POST /v1/completions per board through its service"),
+            Step("fleet eval", partial(rehearse_serve.step_eval, self), simulated=True,
+                 what="ansible-playbook eval.yml: the default suite through each board's own API"),
             *(self.ota.steps() if self.ota else []),
         ]
 
@@ -508,42 +511,6 @@ class Rehearsal:
         inv = yaml.safe_load(self.inventory.read_text(encoding="utf-8"))
         return {name: hv for g in inv["all"]["children"].values() for name, hv in g["hosts"].items()}
 
-    def step_completion(self) -> str:
-        from provisioner.fleet.shared.serve_config import controller_token
-
-        hosts = self._inventory_hosts()
-
-        def complete(name: str) -> tuple[str, dict[str, Any] | None, str | None]:
-            hv = hosts[name]
-            url = f"http://{hv['ansible_host']}:{hv['edge_llm_serve_port_base']}/v1/completions"
-            token = controller_token(self.inventory, name)      # where fleet launch put it; never printed
-            if token is None:
-                return name, None, f"no API token from fleet launch beside {self.inventory}"
-            try:
-                resp = requests.post(url, json={"prompt": self.o.prompt, "max_tokens": 32}, timeout=60,
-                                     headers={"Authorization": f"Bearer {token}"})
-                body = resp.json()
-            except (requests.RequestException, ValueError) as exc:
-                return name, None, str(exc)
-            if resp.status_code != 200 or not body.get("choices"):
-                return name, None, f"HTTP {resp.status_code} {str(body)[:120]}"
-            return name, body, None
-
-        # one request per board, all boards at once: each board decodes on its own NPU, so a
-        # client waiting for one answer before asking the next board only adds up their latencies
-        names = self._healthy_hosts()
-        bad = []
-        with ThreadPoolExecutor(max_workers=max(1, min(MAX_CONSOLES, len(names))),
-                                thread_name_prefix="completion") as pool:
-            for name, body, error in pool.map(complete, names):
-                if error is not None:
-                    bad.append(f"{name}: {error}")
-                elif body is not None:
-                    self.completions[name] = body
-        if bad:
-            raise RehearsalError("completion failed on " + "; ".join(bad), "check `systemctl status` on the board")
-        return f"{len(self.completions)} completions answered"
-
     # ------------------------------------------------------------------ report
     def _lane_dict(self, lane: Lane) -> dict[str, Any]:
         return {"manifest": str(lane.source), "release": lane.manifest.release, "board": lane.board.id,
@@ -571,6 +538,8 @@ class Rehearsal:
                 comp = self.completions.get(vr.board)
                 if comp:
                     row["completion"] = comp["choices"][0].get("text", "")[:80]
+                if vr.board in self.eval_scores:
+                    row["eval"] = self.eval_scores[vr.board]
                 if self.ota and vr.board in self.ota.rows:
                     row["update_os"] = self.ota.rows[vr.board]
             rows.append(row)

@@ -54,10 +54,11 @@ def command(manifests: tuple[Path, ...], boards: int, faults: tuple[str, ...], k
     else:
         rows = [(b.get("host") or b["serial"], b["board"], b.get("build_id") or "-", ",".join(b.get("faults") or [])
                  or "-", _num(b.get("decode_tok_s")), _num(b.get("min_decode_tok_s"), ">= "),
-                 b.get("verdict", "-"), (b.get("reason") or b.get("completion") or "")[:90])
+                 b.get("verdict", "-"), _num((b.get("eval") or {}).get("score")),
+                 (b.get("reason") or b.get("completion") or "")[:90])
                 for b in report.boards]
         stdout.print(table("fleet report", ["board", "type", "release", "fault", "decode tok/s", "floor", "verdict",
-                                            "reason / completion"], rows))
+                                            "eval", "reason / completion"], rows))
         ota_rows = [(b.get("host") or b["serial"], b["update_os"]["outcome"], _short(b["update_os"].get("from")),
                      _short(b["update_os"].get("to")), str(b["update_os"].get("bytes_pulled") or 0),
                      b["update_os"].get("reason", "")[:90])
