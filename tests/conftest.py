@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import tools
+
 ROOT = Path(__file__).resolve().parent.parent
 #: real upstream files (kas fragments, ptool bundles, LiteRT-LM test data, tiny real models), kept beside
 #: the checkout and never copied into it; its README.md names each file's repository and commit
@@ -30,6 +32,18 @@ def need_realworld(*parts: str) -> Path:
     if os.environ.get(REQUIRE_REALWORLD) == "1":
         pytest.fail(line, pytrace=False)
     pytest.skip(line)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Put our dependencies' scripts directory first on PATH, by the tool's own rule (:func:`tools.scripts_dirs`).
+
+    ``.venv/bin/python -m pytest`` in a new shell leaves ``.venv/bin`` off PATH, yet tests run ``kas``,
+    ``ansible-playbook``, ``ansible-lint`` and ``oelint-adv`` (installed there by pip) by name, also in the
+    children they start. Done once here, so a missing one fails its test instead of skipping it.
+    """
+    dirs = [str(d) for d in tools.scripts_dirs()]
+    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p not in dirs]
+    os.environ["PATH"] = os.pathsep.join(dirs + rest)
 
 
 @pytest.fixture

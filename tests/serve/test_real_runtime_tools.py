@@ -35,7 +35,6 @@ CLOCK = {"type": "function", "function": {
 
 def repack(tmp: Path, model_type: str, template: str | None = None) -> Path:
     """tiny-eos.litertlm re-packed by the official litert-lm-builder as another ``llm_model_type``."""
-    pytest.importorskip("litert_lm_builder.litertlm_builder", reason="litert-lm-builder is not installed")
     need_realworld("litertlm", "tiny", "tiny-eos.litertlm")
     (tmp / "models").mkdir(exist_ok=True)
     return real_litert.repack(TINY / "tiny-eos.litertlm", tmp / "models" / f"tiny-{model_type}.litertlm",
