@@ -195,8 +195,12 @@ MAX_MODULE_LINES = 600
 
 
 def test_every_module_is_under_600_lines():
-    """A module a newcomer can read in one sitting: past 600 lines, split it along the seams it has."""
-    big = [f"{path.relative_to(PKG.parent)}: {n} lines" for path in sorted(PKG.rglob("*.py"))
+    """A module a newcomer can read in one sitting: past 600 lines, split it along the seams it has.
+
+    The tool, its tests and its bench scripts alike: a test file is read as often as the code it checks.
+    """
+    files = [f for top in ("provisioner", "tests", "bench") for f in sorted((PKG.parent / top).rglob("*.py"))]
+    big = [f"{path.relative_to(PKG.parent)}: {n} lines" for path in files
            if (n := len(path.read_text(encoding="utf-8").splitlines())) >= MAX_MODULE_LINES]
     assert not big, f"modules of {MAX_MODULE_LINES} lines or more (split them):\n" + "\n".join(big)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
+from tests.image import bbparse
 from tests.image.bbparse import BitbakeErrors
 
 
@@ -17,3 +19,9 @@ def fatal():
     logger.addHandler(h)
     yield h
     logger.removeHandler(h)
+
+
+@pytest.fixture(scope="module")
+def distro_layer() -> Path:
+    """meta-qcom-distro's image stack as the real recipes set IMAGE_FEATURES and the root password."""
+    return bbparse.QCOM_DISTRO_FIXTURE

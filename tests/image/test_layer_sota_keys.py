@@ -19,7 +19,8 @@ from provisioner.manifest import load_manifest
 from provisioner.sim.ostree_image import ostree_rootfs
 from tests.image import bbparse
 from tests.image.kas_fixtures import write_manifest
-from tests.image.test_layer import _login_rootfs, _run
+from tests.image.test_layer import _run
+from tests.image.test_layer_login import _login_rootfs
 from tests.image.test_layer_ota import PLAIN, SOTA, _env
 
 LAYER = bbparse.LAYER
