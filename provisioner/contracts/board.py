@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from provisioner import shipped
@@ -95,6 +96,9 @@ def layer_variables() -> dict[str, str]:
         "EDGE_LLM_IDENTITY_ISSUE": IDENTITY_ISSUE,
         "EDGE_LLM_IDENTITY_RUNFILE": IDENTITY_RUN_FILE,
         "EDGE_LLM_IDENTITY_SCRIPT": IDENTITY_SCRIPT,
+        "EDGE_LLM_SOC0_SERIAL": SOC0_SERIAL,
+        "EDGE_LLM_UFS_SERIAL_GLOB": UFS_SERIAL_GLOB,
+        "EDGE_LLM_SSH_HOST_KEY_GLOB": SSH_HOST_KEY_GLOB,
         "EDGE_LLM_LIMITS_FILE": LIMITS_FILE,
         "EDGE_LLM_SYSTEMD_DROPIN": SYSTEMD_MEMLOCK_DROPIN,
         "EDGE_LLM_SERVE_DROPIN": SERVE_MEMLOCK_DROPIN,
@@ -113,22 +117,36 @@ SERVE_UNIT_SOURCE = shipped.serve_dir() / SERVE_UNIT
 SERVE_UNIT_USER = "EDGE_LLM_INFERENCE_USER"
 
 
-def serve_unit_text(user: str) -> str:
-    """The serve unit as the image installs it: the layer's file with its placeholders filled in.
+def fill_layer_file(source: Path, extra: dict[str, str] | None = None) -> str:
+    """A layer file as its recipe installs it: each ``@EDGE_LLM_*@`` placeholder replaced by the variable's value.
 
-    The recipe's do_install substitutes the same ``@EDGE_LLM_*@`` names from the same variables
-    (:func:`layer_variables` plus the inference user), so an image's unit and the one ``fleet launch``
-    writes are one text. A placeholder no variable fills is a ValueError (a new one must be added here).
+    The recipes' do_install substitute the same names (sed) from the same variables (:func:`layer_variables`
+    plus ``extra``). A placeholder no variable fills is a ValueError (a new one must be added here).
     """
-    values = {**layer_variables(), SERVE_UNIT_USER: user}
-    text = SERVE_UNIT_SOURCE.read_text(encoding="utf-8")
+    values = {**layer_variables(), **(extra or {})}
+    text = source.read_text(encoding="utf-8")
 
     def fill(m: re.Match[str]) -> str:
         if m.group(1) not in values:
-            raise ValueError(f"{SERVE_UNIT_SOURCE}: no value for @{m.group(1)}@")
+            raise ValueError(f"{source}: no value for @{m.group(1)}@")
         return values[m.group(1)]
 
     return re.sub(r"@([A-Z][A-Z0-9_]*)@", fill, text)
+
+
+def serve_unit_text(user: str) -> str:
+    """The serve unit as the image installs it, so an image's unit and the one ``fleet launch`` writes are
+    one text."""
+    return fill_layer_file(SERVE_UNIT_SOURCE, {SERVE_UNIT_USER: user})
+
+
+#: the layer's board identity script, reading the soc0/UFS serial and host key paths as placeholders
+IDENTITY_SCRIPT_SOURCE = shipped.layer_dir() / "recipes-core" / "edge-llm-identity" / "files" / "edge-llm-identity"
+
+
+def identity_script_text() -> str:
+    """edge-llm-identity as the image installs it at :data:`IDENTITY_SCRIPT` (the virtual image writes it too)."""
+    return fill_layer_file(IDENTITY_SCRIPT_SOURCE)
 
 
 def qairt_dir(version: str) -> str:

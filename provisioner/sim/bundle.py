@@ -307,8 +307,7 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
     _write(tree, on_board.ISSUE_SNIPPET, on_board.ISSUE_TEXT)
     # edge-llm-identity (the layer's script; the virtual board emulates what it writes at boot) and
     # the issue.d link to its output; no host key: the board makes its own at first boot
-    identity = shipped.layer_dir() / "recipes-core" / "edge-llm-identity" / "files" / "edge-llm-identity"
-    _write(tree, on_board.IDENTITY_SCRIPT, identity.read_text(encoding="utf-8"), 0o755)
+    _write(tree, on_board.IDENTITY_SCRIPT, on_board.identity_script_text(), 0o755)
     link = tree / on_board.IDENTITY_ISSUE.lstrip("/")
     link.parent.mkdir(parents=True, exist_ok=True)
     link.unlink(missing_ok=True)

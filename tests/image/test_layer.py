@@ -108,7 +108,7 @@ def test_board_variables_default_to_the_contract_and_render_sets_them(tmp_path, 
     d = bbparse.base_data(_env(tmp_path, distro_layer))
     assert {k: d.getVar(k) for k in wanted} == wanted
     defaults = (LAYER / "conf" / "edge-llm-board.conf").read_text()
-    assert set(re.findall(r"^(EDGE_LLM_[A-Z_]+) \?\?=", defaults, re.M)) == set(wanted)
+    assert set(re.findall(r"^(EDGE_LLM_[A-Z0-9_]+) \?\?=", defaults, re.M)) == set(wanted)
     render(load_manifest(write_manifest(tmp_path / "m.yaml")), tmp_path / "out")
     conf = yaml.safe_load((tmp_path / "out" / "edge-llm.yml").read_text())["local_conf_header"]["edge-llm"]
     for k, v in wanted.items():

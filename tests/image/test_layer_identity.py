@@ -32,7 +32,11 @@ def test_identity_recipe_installs_script_unit_and_issue_link(tmp_path):
         shutil.copy(f, unpack / f.name)
     _run(d, "do_install")
     dest = Path(d.getVar("D"))
-    assert os.access(dest / on_board.IDENTITY_SCRIPT.lstrip("/"), os.X_OK)
+    script = dest / on_board.IDENTITY_SCRIPT.lstrip("/")
+    assert os.access(script, os.X_OK)
+    # the recipe filled the script's paths from the layer's variables, as the contract (and the virtual image) does
+    assert script.read_text() == on_board.identity_script_text()
+    assert on_board.SOC0_SERIAL in script.read_text() and "@EDGE_LLM" not in script.read_text()
     link = dest / on_board.IDENTITY_ISSUE.lstrip("/")
     assert link.is_symlink() and os.readlink(link) == on_board.IDENTITY_RUN_FILE
     unit = (dest / "usr/lib/systemd/system/edge-llm-identity.service").read_text()
@@ -55,7 +59,8 @@ def test_identity_script_output_is_what_the_station_reads(tmp_path):
     ssh.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(ssh / "ssh_host_ecdsa_key")], check=True)
     out = tmp_path / "run" / "identity.issue"
-    script = RECIPE / "files/edge-llm-identity"
+    script = tmp_path / "edge-llm-identity"                  # as installed: its paths filled in
+    script.write_text(on_board.identity_script_text())
     inner = (f"mount -t tmpfs none /sys/devices && mkdir /sys/devices/soc0 && "
              f"mount --bind {soc0} /sys/devices/soc0 && mount --bind {ufs} /sys/bus/platform/devices && "
              f"mount --bind {ssh} /etc/ssh && sh {script} {out}")

@@ -12,7 +12,8 @@ SRC_URI = "file://edge-llm-identity \
            file://edge-llm-identity.service.in \
           "
 
-# EDGE_LLM_IDENTITY_SCRIPT, EDGE_LLM_IDENTITY_ISSUE and EDGE_LLM_IDENTITY_RUNFILE: conf/edge-llm-board.conf
+# EDGE_LLM_IDENTITY_SCRIPT, EDGE_LLM_IDENTITY_ISSUE, EDGE_LLM_IDENTITY_RUNFILE and the paths the script reads
+# (EDGE_LLM_SOC0_SERIAL, EDGE_LLM_UFS_SERIAL_GLOB, EDGE_LLM_SSH_HOST_KEY_GLOB): conf/edge-llm-board.conf
 
 S = "${UNPACKDIR}"
 
@@ -24,7 +25,12 @@ SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 do_install() {
     install -d ${D}$(dirname ${EDGE_LLM_IDENTITY_SCRIPT}) ${D}${systemd_system_unitdir} \
         ${D}$(dirname ${EDGE_LLM_IDENTITY_ISSUE})
-    install -m 0755 ${S}/edge-llm-identity ${D}${EDGE_LLM_IDENTITY_SCRIPT}
+    # the script's @EDGE_LLM_*@ placeholders, the same ones provisioner/contracts/board.py identity_script_text fills
+    sed -e 's#@EDGE_LLM_SOC0_SERIAL@#${EDGE_LLM_SOC0_SERIAL}#g' \
+        -e 's#@EDGE_LLM_UFS_SERIAL_GLOB@#${EDGE_LLM_UFS_SERIAL_GLOB}#g' \
+        -e 's#@EDGE_LLM_SSH_HOST_KEY_GLOB@#${EDGE_LLM_SSH_HOST_KEY_GLOB}#g' \
+        ${S}/edge-llm-identity > ${D}${EDGE_LLM_IDENTITY_SCRIPT}
+    chmod 0755 ${D}${EDGE_LLM_IDENTITY_SCRIPT}
     sed -e 's#@SCRIPT@#${EDGE_LLM_IDENTITY_SCRIPT}#g' -e 's#@RUNFILE@#${EDGE_LLM_IDENTITY_RUNFILE}#g' \
         ${S}/edge-llm-identity.service.in > ${D}${systemd_system_unitdir}/edge-llm-identity.service
     chmod 0644 ${D}${systemd_system_unitdir}/edge-llm-identity.service
