@@ -233,7 +233,17 @@ def _schema_after(text: str) -> dict[str, Any] | None:
     return found[0] if found and isinstance(found[0], dict) else None
 
 
-def _fill(schema: dict[str, Any], question: str, answer: str) -> Any:
+def _fill(schema: dict[str, Any], question: str, answer: str, root: dict[str, Any] | None = None) -> Any:
+    root = schema if root is None else root
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):          # a local reference (pydantic's nested models)
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return _fill(target if isinstance(target, dict) else {}, question, answer, root)
+    for key in ("anyOf", "oneOf"):                              # Optional[X]: the first alternative
+        if isinstance(schema.get(key), list) and schema[key] and isinstance(schema[key][0], dict):
+            return _fill(schema[key][0], question, answer, root)
     kind = schema.get("type")
     kind = kind[0] if isinstance(kind, list) and kind else kind
     if "const" in schema:
@@ -243,9 +253,9 @@ def _fill(schema: dict[str, Any], question: str, answer: str) -> Any:
         return (named or schema["enum"])[0]
     if kind == "object" or "properties" in schema:
         props = schema.get("properties") or {}
-        return {k: _fill(v if isinstance(v, dict) else {}, question, answer) for k, v in props.items()}
+        return {k: _fill(v if isinstance(v, dict) else {}, question, answer, root) for k, v in props.items()}
     if kind == "array":
-        return [_fill(schema.get("items") if isinstance(schema.get("items"), dict) else {}, question, answer)]
+        return [_fill(schema.get("items") if isinstance(schema.get("items"), dict) else {}, question, answer, root)]
     if kind in ("integer", "number"):
         nums = _NUMBER.findall(answer) or _NUMBER.findall(question) or ["0"]
         v = float(nums[0])
@@ -266,16 +276,21 @@ def json_reply(prompt: str, answer: str) -> str | None:
     if "JSON" not in prompt[-4000:]:
         return None
     tail = prompt[-4000:]
+    # habits of real chat models, asked for by the question: JSON in a Markdown fence, a number
+    # beyond any float (the service must answer both sensibly)
+    if "huge number" in tail:
+        return '{"n": 1' + "0" * 400 + "}"
+    fence = ("```json\n", "\n```") if "fenced" in tail else ("", "")
     schema = _schema_after(tail)
     if schema is not None:
-        return json.dumps(_fill(schema, tail, answer))
+        return fence[0] + json.dumps(_fill(schema, tail, answer, schema)) + fence[1]
     if re.search(r"\bJSON object\b", tail):
         try:
             if isinstance(json.loads(answer), dict):
-                return answer
+                return fence[0] + answer + fence[1]
         except ValueError:
             pass
-        return json.dumps({"answer": answer})
+        return fence[0] + json.dumps({"answer": answer}) + fence[1]
     return None
 
 

@@ -49,7 +49,10 @@ def test_each_keyword_names_what_breaks_it(value, why):
 
 
 @pytest.mark.parametrize(("schema", "where"), [
-    ({"type": "object", "anyOf": [{}]}, "schema.anyOf"),
+    ({"type": "object", "anyOf": []}, "schema.anyOf"),
+    ({"anyOf": [{"type": "string", "format": "email"}]}, "schema.anyOf[0].format"),
+    ({"$defs": {"a": {"oneOf": []}}}, "schema.$defs.a.oneOf"),
+    ({"$ref": "https://example.com/s.json"}, "schema.$ref"),
     ({"properties": {"a": {"type": "string", "pattern": "^x"}}}, "schema.properties.a.pattern"),
     ({"items": {"$ref": "#/defs/x"}}, "schema.items.$ref"),
     ({"type": "strings"}, "schema.type"),
@@ -59,3 +62,22 @@ def test_each_keyword_names_what_breaks_it(value, why):
 def test_a_keyword_outside_the_subset_is_named_so_it_is_refused_not_unchecked(schema, where):
     found = sc.unsupported(schema)
     assert found is not None and found[0] == where
+
+
+def test_a_huge_integer_is_an_integer_not_a_crash():
+    assert sc.problems(10 ** 400, {"type": "integer"}) == []
+    assert sc.problems(10 ** 400, {"type": "number", "maximum": 5}) != []
+
+
+PYDANTIC_LIKE = {"$defs": {"Addr": {"type": "object", "properties": {
+    "zip": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}, "required": ["zip"], "additionalProperties": False}},
+    "type": "object", "properties": {"address": {"$ref": "#/$defs/Addr"}}, "required": ["address"]}
+
+
+def test_any_of_and_local_refs_are_checked():
+    assert sc.unsupported(PYDANTIC_LIKE) is None
+    assert sc.problems({"address": {"zip": None}}, PYDANTIC_LIKE) == []
+    assert sc.problems({"address": {"zip": 75001}}, PYDANTIC_LIKE) == []
+    bad = sc.problems({"address": {"zip": "75001", "x": 1}}, PYDANTIC_LIKE)
+    assert any("$.address.zip: fits none of anyOf" in b for b in bad)
+    assert any("'x' is not allowed" in b for b in bad)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
+from typing import Optional
 
 import openai
+import pydantic
 import pytest
 
 from tests.serve.conftest import TOKEN
@@ -270,3 +272,57 @@ def test_the_bundles_chat_template_decides_the_tool_format(start_board, tmp_path
                                     tools=TOOLS)
     assert json.loads(out.choices[0].message.tool_calls[0].function.arguments) == {"city": "Oslo"}
     assert "tool calls; the config said llama3.1: using the bundle's" in board.log.read_text()
+
+
+class Address(pydantic.BaseModel):
+    street: str
+    zip: Optional[int]  # noqa: UP045 (written the way pydantic users write it)
+
+
+class CityModel(pydantic.BaseModel):
+    name: str
+    population: int
+    mayor: Optional[str]  # noqa: UP045
+    address: Address
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_fenced_json_reaches_the_client_as_the_json_that_was_judged(start_board, stream):
+    """A model that wraps its JSON in a Markdown fence: the service accepts it, so the client must get
+    the JSON alone, or json.loads(content) and the openai client's parse() fail on an accepted answer."""
+    c = client(board_for(start_board))
+    ask = [{"role": "user", "content": "Describe the capital city of France, fenced."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY, "strict": True}}
+    for rf in ({"type": "json_object"}, fmt):
+        if stream:
+            text, _, finish, _ = streamed(c, messages=ask, response_format=rf)
+        else:
+            out = c.chat.completions.create(model=MODEL, messages=ask, response_format=rf)
+            text, finish = out.choices[0].message.content, out.choices[0].finish_reason
+        assert "```" not in text and isinstance(json.loads(text), dict) and finish == "stop"
+
+
+def test_parse_with_a_pydantic_model_with_optional_and_nested_fields(start_board):
+    """client.chat.completions.parse(response_format=Model) sends anyOf (Optional) and $ref/$defs (a
+    nested model): they are checked, not refused, and the parsed object comes back."""
+    c = client(board_for(start_board))
+    for words in ("Describe the capital city of France.", "Describe the capital city of France, fenced."):
+        out = c.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": words}],
+                                       response_format=CityModel)
+        city = out.choices[0].message.parsed
+        assert isinstance(city, CityModel) and city.name == "France" and isinstance(city.address, Address)
+
+
+def test_a_huge_integer_is_checked_as_an_integer_and_answered(start_board):
+    """A 400-digit integer is an integer: the checker once raised OverflowError on it, and the client got
+    a connection closed without any HTTP answer."""
+    c = client(board_for(start_board))
+    n = {"type": "json_schema", "json_schema": {"name": "n", "schema": {
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
+    for stream in (False, True):
+        ask = [{"role": "user", "content": "Give a huge number."}]
+        if stream:
+            text = streamed(c, messages=ask, response_format=n)[0]
+        else:
+            text = c.chat.completions.create(model=MODEL, response_format=n, messages=ask).choices[0].message.content
+        assert json.loads(text)["n"] == 10 ** 400

@@ -17,6 +17,7 @@ without ``response_format`` never comes here.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from edge_llm_serve import schema_check, toolcalls
@@ -37,18 +38,30 @@ def needed(job: Job) -> bool:
     return (job.tools is not None and job.tools.choice != "none") or job.response_format is not None
 
 
+#: one fence around the whole answer, its info string (CommonMark 0.31 "Fenced code blocks": the word
+#: after the opening backticks, e.g. ``json``) dropped; on one line too, as some models write it
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*\s*(.*?)\s*```", re.S)
+
+
 def _strip_fence(text: str) -> str:
     """The JSON inside one surrounding Markdown code fence (```json ... ```), or ``text`` unchanged.
     Models trained on chat data often fence JSON even when told not to; the fence carries nothing."""
     t = text.strip()
-    if t.startswith("```") and t.endswith("```") and "\n" in t:
-        return t[t.index("\n") + 1:-3].strip()
-    return t
+    found = _FENCE.fullmatch(t)
+    return found.group(1) if found else t
+
+
+def json_body(text: str) -> str:
+    """The part of ``text`` that is judged as JSON, and that the client then gets as ``content``: after
+    a ``</think>`` block (Nemotron's reasoning, when switched on, comes first), without a code fence.
+    The client must get exactly what was judged: ``json.loads(message.content)`` and the openai
+    client's ``chat.completions.parse()`` read ``content`` as it is."""
+    return _strip_fence(text.split("</think>")[-1])
 
 
 def json_problems(text: str, fmt: dict[str, Any]) -> str | None:
     """Why ``text`` is not the JSON ``fmt`` asks for, or None."""
-    body = _strip_fence(text.split("</think>")[-1])    # Nemotron's reasoning, when switched on, comes first
+    body = json_body(text)
     try:
         value = json.loads(body)
     except ValueError as exc:
@@ -133,6 +146,11 @@ class Judge:
                 cut = " (the answer was cut at max_tokens)" if reason == "length" else ""
                 raise Unfit(f"response_format {self.fmt['type']} not met: {why}{cut}", "response_format_unmet", output)
         out = self._all if self.hold else tail
+        if self.fmt is not None and not calls:
+            # held (a response_format always holds the answer): nothing has gone out, so the client
+            # gets the judged JSON alone, not the fence or the reasoning around it
+            content = json_body(content)
+            out = [{"content": content}]
         if not self.hold and out:
             self.sent = True
         message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}

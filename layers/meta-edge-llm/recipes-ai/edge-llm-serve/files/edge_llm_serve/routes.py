@@ -368,6 +368,18 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                         # (openai-python _base_client.py, _should_retry, "x-should-retry")
                         self._send(500, {"error": err}, {"x-should-retry": "false"})
                     return
+                except Exception as exc:  # noqa: BLE001 (any fault in judging: an answer, not a dropped connection)
+                    # Without this the handler thread dies with a traceback in the journal and the client
+                    # sees its connection closed with no HTTP answer at all.
+                    sys.stderr.write(f"checking the answer failed: {printable(repr(exc))[:300]}\n")
+                    svc.metrics.error("answer_check_failed")
+                    err = {"message": "the service could not check the model's answer", "type": "server_error",
+                           "param": None, "code": "answer_check_failed"}
+                    if started["head"]:
+                        send(["data: " + json.dumps({"error": err}) + "\n\ndata: [DONE]\n\n"])
+                    else:
+                        self._send(500, {"error": err}, {"x-should-retry": "false"})
+                    return
                 if not stream:
                     self._send(200, {"id": ident, "object": "chat.completion", "created": created,
                                      "model": cfg["model"], "choices": [{"index": 0, "message": message,

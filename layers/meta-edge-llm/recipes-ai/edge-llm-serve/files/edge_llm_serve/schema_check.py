@@ -4,9 +4,14 @@ Why a subset and not a library: the board's image carries the service on the sta
 and Genie has no constrained decoding, so the service must itself say whether an answer fits. The
 keywords below are the ones OpenAI's Structured Outputs guide lists as supported ("Supported
 schemas": type, properties, required, items, enum, const, additionalProperties, and the string,
-number and array bounds), with their meaning from JSON Schema 2020-12 (json-schema.org/draft/2020-12,
-"Validation" vocabulary). A schema that uses any other keyword is refused when the request arrives
-(:func:`unsupported`): a keyword that is not checked would be a promise silently not kept.
+number and array bounds, ``anyOf``, and local ``$ref`` into ``$defs``), with their meaning from JSON
+Schema 2020-12 (json-schema.org/draft/2020-12, "Core" for ``$ref``/``$defs``/``anyOf``, "Validation"
+for the rest). ``anyOf`` and ``$ref`` matter in practice: pydantic writes ``Optional[X]`` as
+``anyOf: [X, {"type": "null"}]`` and a nested model as ``{"$ref": "#/$defs/Model"}``, and that is what
+the openai client sends for ``chat.completions.parse(response_format=Model)`` and
+``pydantic_function_tool`` (openai 3.57.0, openai/lib/_pydantic.py, ``to_strict_json_schema``). A
+schema that uses any other keyword is refused when the request arrives (:func:`unsupported`):
+a keyword that is not checked would be a promise silently not kept.
 """
 
 from __future__ import annotations
@@ -17,15 +22,29 @@ from typing import Any
 #: keywords that constrain, all checked by :func:`problems`
 CHECKED = frozenset({"type", "properties", "required", "items", "enum", "const", "additionalProperties",
                      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
-                     "minItems", "maxItems"})
+                     "minItems", "maxItems", "anyOf", "$ref", "$defs"})
 #: keywords that only annotate (JSON Schema 2020-12 "Meta-Data" vocabulary, $schema/$id/$comment)
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
                          "$schema", "$id", "$comment"})
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 
 
-def unsupported(schema: Any, where: str = "schema") -> tuple[str, str] | None:
+def _resolve(root: Any, ref: Any) -> Any:
+    """The schema a local ``$ref`` ("#/$defs/Name", a JSON Pointer into the root) points at, or None."""
+    if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+        return None
+    target = root
+    for part in ref[2:].split("/") if ref != "#" else ():
+        part = part.replace("~1", "/").replace("~0", "~")      # RFC 6901 escapes
+        if not isinstance(target, dict) or part not in target:
+            return None
+        target = target[part]
+    return target if isinstance(target, (dict, bool)) else None
+
+
+def unsupported(schema: Any, where: str = "schema", root: Any = None) -> tuple[str, str] | None:
     """(path, why) of the first part of ``schema`` this checker cannot enforce, or None."""
+    root = schema if root is None else root
     if isinstance(schema, bool):
         return None
     if not isinstance(schema, dict):
@@ -41,13 +60,29 @@ def unsupported(schema: Any, where: str = "schema") -> tuple[str, str] | None:
             if not isinstance(value, dict):
                 return f"{where}.properties", "must be an object of schemas"
             for name, sub in value.items():
-                found = unsupported(sub, f"{where}.properties.{name}")
+                found = unsupported(sub, f"{where}.properties.{name}", root)
                 if found:
                     return found
         elif key in ("items", "additionalProperties"):
-            found = unsupported(value, f"{where}.{key}")
+            found = unsupported(value, f"{where}.{key}", root)
             if found:
                 return found
+        elif key == "$defs":
+            if not isinstance(value, dict):
+                return f"{where}.$defs", "must be an object of schemas"
+            for name, sub in value.items():
+                found = unsupported(sub, f"{where}.$defs.{name}", root)
+                if found:
+                    return found
+        elif key == "anyOf":
+            if not isinstance(value, list) or not value:
+                return f"{where}.anyOf", "must be a non-empty list of schemas"
+            for n, sub in enumerate(value):
+                found = unsupported(sub, f"{where}.anyOf[{n}]", root)
+                if found:
+                    return found
+        elif key == "$ref" and _resolve(root, value) is None:
+            return f"{where}.$ref", "must point into this schema (\"#/$defs/Name\"); other references are not supported"
         elif key == "required" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return f"{where}.required", "must be a list of property names"
         elif key == "enum" and not isinstance(value, list):
@@ -75,7 +110,8 @@ def _is(kind: str, value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     # 2020-12: an integer is a number with a zero fractional part (1.0 is an integer)
-    return kind == "number" or (math.isfinite(value) and float(value).is_integer())
+    # (an int is checked as an int: float() of a 400-digit JSON integer raises OverflowError)
+    return kind == "number" or isinstance(value, int) or (math.isfinite(value) and value.is_integer())
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -94,16 +130,28 @@ def _same(a: Any, b: Any) -> bool:
 def problems(value: Any, schema: Any, where: str = "$", limit: int = 5) -> list[str]:
     """What in ``value`` does not fit ``schema`` (at most ``limit`` lines, JSONPath-like), empty when it fits."""
     out: list[str] = []
-    _walk(value, schema, where, out, limit)
+    _walk(value, schema, where, out, limit, schema)
     return out[:limit]
 
 
-def _walk(value: Any, schema: Any, where: str, out: list[str], limit: int) -> None:
+def _walk(value: Any, schema: Any, where: str, out: list[str], limit: int, root: Any) -> None:
     if len(out) >= limit or schema is True or schema == {}:
         return
     if schema is False:
         out.append(f"{where}: no value is allowed here")
         return
+    if "$ref" in schema:            # 2020-12: the referenced schema applies beside the siblings
+        target = _resolve(root, schema["$ref"])     # unsupported() refused any other reference
+        if target is not None:
+            _walk(value, target, where, out, limit, root)
+    if "anyOf" in schema:
+        tried = []
+        for alt in schema["anyOf"]:
+            found: list[str] = []
+            _walk(value, alt, where, found, limit, root)
+            tried.append(found)
+        if all(tried):
+            out.append(f"{where}: fits none of anyOf (" + " | ".join(t[0] for t in tried) + ")")
     kinds = schema.get("type")
     if kinds is not None:
         kinds = kinds if isinstance(kinds, list) else [kinds]
@@ -131,7 +179,7 @@ def _walk(value: Any, schema: Any, where: str, out: list[str], limit: int) -> No
             out.append(f"{where}: more than {schema['maxItems']} items")
         if "items" in schema:
             for n, item in enumerate(value):
-                _walk(item, schema["items"], f"{where}[{n}]", out, limit)
+                _walk(item, schema["items"], f"{where}[{n}]", out, limit, root)
     if isinstance(value, dict):
         props = schema.get("properties") or {}
         for name in schema.get("required") or ():
@@ -140,11 +188,11 @@ def _walk(value: Any, schema: Any, where: str, out: list[str], limit: int) -> No
         extra = schema.get("additionalProperties", True)
         for name, item in value.items():
             if name in props:
-                _walk(item, props[name], f"{where}.{name}", out, limit)
+                _walk(item, props[name], f"{where}.{name}", out, limit, root)
             elif extra is False:
                 out.append(f"{where}: property {name!r} is not allowed")
             elif isinstance(extra, dict):
-                _walk(item, extra, f"{where}.{name}", out, limit)
+                _walk(item, extra, f"{where}.{name}", out, limit, root)
 
 
 def _kind_of(value: Any) -> str:
