@@ -254,7 +254,8 @@ def test_required_and_json_schema_unmet_are_errors_the_client_sees(tool_board):
         c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER], tool_choice="required", max_tokens=8)
     assert exc.value.body["code"] == "tool_choice_unmet" and "retry" in exc.value.body["message"]
     assert exc.value.body["model_output"]
-    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
     with pytest.raises(openai.InternalServerError) as exc:
         c.chat.completions.create(model="tiny", messages=ask, max_tokens=8, response_format={
             "type": "json_schema", "json_schema": {"name": "place", "schema": schema, "strict": True}})

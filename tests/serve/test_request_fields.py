@@ -149,3 +149,56 @@ def test_a_genie_instance_refuses_the_sampler_fields_it_cannot_set(start_board):
         assert exc.value.body["param"] == field and "genie_config.json" in exc.value.body["message"]
     out = c.chat.completions.create(model="nemotron-nano-4b", messages=msgs, max_tokens=5, stop=["gamma"])
     assert out.choices[0].message.content == "alpha beta "
+
+
+GENIE_MODEL = "nemotron-nano-4b"
+STRICT_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                 "additionalProperties": False}
+#: a value for each field of the nested request types walked below
+NESTED_SAMPLES: dict[str, object] = {"name": "get_weather", "description": "Current weather in a city.",
+                                     "parameters": STRICT_PARAMS, "schema": STRICT_PARAMS, "strict": True}
+
+
+def test_nested_fields_of_the_openai_types_are_honoured_or_refused_by_name(start_board):
+    """The fields inside tools[].function, tool_choice and response_format.json_schema, read from the
+    openai package's types, each sent with a value: honoured (200) or a 400 naming the nested field."""
+    from openai.types.chat import chat_completion_allowed_tools_param as allowed
+    from openai.types.chat import chat_completion_named_tool_choice_param as named
+    from openai.types.shared_params import function_definition, response_format_json_schema
+
+    board = start_board("genie", timings={"answers": 1, "ttft_ms": 2, "decode_ms": 1}, tool_format="nemotron-nano")
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    base = {"model": GENIE_MODEL, "messages": ask, "max_tokens": 64}
+    for name in set(fields(function_definition.FunctionDefinition)) - {"stream"}:
+        fn = {"name": "get_weather", name: NESTED_SAMPLES[name]}
+        status, body = post(board, "/v1/chat/completions", base | {"tools": [{"type": "function", "function": fn}]})
+        assert status == 200, (name, body)
+    for name in set(fields(response_format_json_schema.JSONSchema)) - {"stream"}:
+        spec = {"name": "city", "schema": STRICT_PARAMS, name: NESTED_SAMPLES[name]}
+        status, body = post(board, "/v1/chat/completions", base | {"response_format": {"type": "json_schema",
+                                                                                        "json_schema": spec}})
+        assert status == 200, (name, body)
+    # a field no FunctionDefinition has, and strict over a schema strict mode does not allow: named
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": STRICT_PARAMS}}
+    for fn, param in (({"name": "get_weather", "cache_control": {}}, "tools[0].function.cache_control"),
+                      ({"name": "get_weather", "strict": True, "parameters": {"type": "object"}},
+                       "tools[0].function.parameters.additionalProperties")):
+        status, body = post(board, "/v1/chat/completions", base | {"tools": [{"type": "function", "function": fn}]})
+        assert status == 400 and body["error"]["param"] == param and "'get_weather'" in body["error"]["message"], body
+    # tool_choice forms of the openai types: a named function and allowed_tools are honoured
+    assert set(fields(named.ChatCompletionNamedToolChoiceParam)) >= {"type", "function"}
+    status, body = post(board, "/v1/chat/completions", base | {"tools": [weather], "tool_choice": {
+        "type": "function", "function": {"name": "get_weather"}}})
+    assert status == 200 and body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert set(fields(allowed.ChatCompletionAllowedToolsParam)) >= {"mode", "tools"}
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "get_weather"}}]}}
+    status, body = post(board, "/v1/chat/completions", base | {"tools": [other, weather], "tool_choice": choice})
+    assert status == 200 and body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    choice["allowed_tools"]["tools"] = [{"type": "function", "function": {"name": "rm_rf"}}]
+    status, body = post(board, "/v1/chat/completions", base | {"tools": [other, weather], "tool_choice": choice})
+    assert status == 400 and body["error"]["param"] == "tool_choice.allowed_tools.tools[0]", body
+    status, body = post(board, "/v1/chat/completions", base | {"tools": [weather], "tool_choice": {
+        "type": "custom", "custom": {"name": "get_weather"}}})
+    assert status == 400 and body["error"]["param"] == "tool_choice", body

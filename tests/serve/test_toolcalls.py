@@ -66,8 +66,7 @@ def test_recorded_output_parses_to_openai_calls(family, case):
     if "parser_problems" not in case:
         problems = tc.validate_calls(out.tool_calls, FILES[family]["tools"])
         assert len(problems) == case.get("validate_problems", 0), problems
-    msg = out.message()
-    assert msg["role"] == "assistant" and ("tool_calls" in msg) == bool(want)
+    assert bool(out.tool_calls) == bool(want)
 
 
 @pytest.mark.parametrize(("family", "case"), CASES, ids=[f"{f}: {c['name']}" for f, c in CASES])
@@ -124,7 +123,34 @@ def test_validation_names_unknown_functions_non_objects_and_missing_arguments():
     assert len(problems) == 4
     assert problems[0] == "tool call 1 (rm_rf): unknown function (declared: get_weather, get_time)"
     assert "not a JSON object" in problems[1] and "not valid JSON" in problems[2]
-    assert "missing required argument(s) city" in problems[3]
+    assert "arguments: missing required property 'city'" in problems[3]
+
+
+def test_arguments_are_checked_against_the_whole_parameter_schema():
+    """Types, enums and bounds of the tool's parameters, by the same checker as response_format."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+    calls = [{"function": {"name": "get_weather", "arguments": '{"city": 7, "unit": "kelvin"}'}}]
+    problems = tc.validate_calls(calls, [tool])
+    assert len(problems) == 1 and "arguments.city: expected string, got integer" in problems[0]
+    assert "arguments.unit: must be one of" in problems[0]
+
+
+@pytest.mark.parametrize(("function", "field"), [
+    ({"parameters": {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}},
+     "tools[0].function.parameters.properties.d.format"),
+    ({"strict": True, "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}},
+     "tools[0].function.parameters.additionalProperties"),
+    ({"strict": True, "parameters": {"type": "object", "properties": {"a": {"type": "string"}},
+                                     "additionalProperties": False}}, "tools[0].function.parameters.required"),
+    ({"strict": "yes"}, "tools[0].function.strict"),
+    ({"cache": True}, "tools[0].function.cache"),
+])
+def test_tool_definitions_the_checker_cannot_hold_are_refused_naming_the_tool(function, field):
+    tool = {"type": "function", "function": {"name": "pick", **function}}
+    with pytest.raises(tc.ToolRequestError) as exc:
+        tc.prepare({"messages": [{"role": "user", "content": "hi"}], "tools": [tool]})
+    assert exc.value.field == field and "'pick'" in str(exc.value)
 
 
 def test_tool_choice_modes():

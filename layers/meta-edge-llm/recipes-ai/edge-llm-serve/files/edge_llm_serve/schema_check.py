@@ -200,3 +200,31 @@ def _kind_of(value: Any) -> str:
         if _is(kind, value):
             return kind
     return type(value).__name__
+
+
+def not_strict(schema: Any, where: str = "schema", root: Any = None) -> tuple[str, str] | None:
+    """(path, why) where ``schema`` breaks OpenAI's strict mode, or None. OpenAI's Structured Outputs
+    guide ("Supported schemas"): with ``strict: true`` every object sets ``additionalProperties: false``
+    and lists all its properties in ``required`` (an optional field is a union with null). The checker
+    then holds the answer to exactly that shape."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict):
+        return None
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "object" in kinds or "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            return f"{where}.additionalProperties", "strict mode needs additionalProperties: false on every object"
+        missing = sorted(set(schema.get("properties") or {}) - set(schema.get("required") or ()))
+        if missing:
+            return f"{where}.required", f"strict mode needs every property required (missing: {', '.join(missing)})"
+    subs: list[tuple[str, Any]] = [(f"{where}.properties.{k}", v) for k, v in (schema.get("properties") or {}).items()]
+    subs += [(f"{where}.$defs.{k}", v) for k, v in (schema.get("$defs") or {}).items()]
+    subs += [(f"{where}.anyOf[{n}]", v) for n, v in enumerate(schema.get("anyOf") or ())]
+    if "items" in schema:
+        subs.append((f"{where}.items", schema["items"]))
+    for path, sub in subs:
+        found = not_strict(sub, path, root)
+        if found:
+            return found
+    return None

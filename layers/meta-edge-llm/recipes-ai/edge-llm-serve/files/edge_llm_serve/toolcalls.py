@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import schema_check
 from .toolcalls_render import (
     SYNTAX,
     ToolRequestError,
@@ -43,6 +44,8 @@ __all__ = ["FAMILIES", "ParsedOutput", "Prepared", "StreamParser", "ToolRequestE
            "parse_output", "parser", "prepare", "render", "validate_calls"]
 
 FAMILIES = tuple(SYNTAX)
+#: the fields of OpenAI's FunctionDefinition (openai 3.57.0, types/shared_params/function_definition.py)
+FUNCTION_FIELDS = frozenset({"name", "description", "parameters", "strict"})
 ROLES = ("system", "developer", "user", "assistant", "tool", "ipython")
 
 
@@ -86,13 +89,30 @@ def _check_tools(tools: Any) -> list[dict[str, Any]]:
         if name in seen:
             raise ToolRequestError(f"{where}.function.name", f"{name!r} is declared twice")
         seen.add(name)
-        if "parameters" in f and not isinstance(f["parameters"], dict):
-            raise ToolRequestError(f"{where}.function.parameters", "must be a JSON Schema object")
+        extra = sorted(set(f) - FUNCTION_FIELDS)
+        if extra:
+            raise ToolRequestError(f"{where}.function.{extra[0]}", f"tool {name!r}: not a field of an OpenAI "
+                                   f"function definition (known: {', '.join(sorted(FUNCTION_FIELDS))})")
+        strict = f.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise ToolRequestError(f"{where}.function.strict", f"tool {name!r}: must be true or false")
+        params = f.get("parameters")
+        if params is None:
+            continue
+        if not isinstance(params, dict):
+            raise ToolRequestError(f"{where}.function.parameters", f"tool {name!r}: must be a JSON Schema object")
+        # the arguments are checked against this schema (validate_calls): a keyword the checker
+        # cannot enforce is refused, never left unchecked
+        found = schema_check.unsupported(params, f"{where}.function.parameters")
+        if found is None and strict:
+            found = schema_check.not_strict(params, f"{where}.function.parameters")
+        if found:
+            raise ToolRequestError(found[0], f"tool {name!r}: {found[1]}")
     return tools
 
 
-def _check_choice(choice: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None]:
-    """OpenAI's default: "auto" with tools, "none" without."""
+def _check_choice(choice: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None] | tuple[str, None, set[str]]:
+    """(mode, forced name[, allowed names]); OpenAI's default: "auto" with tools, "none" without."""
     if choice is None:
         return ("auto" if tools else "none"), None
     if choice in ("auto", "none", "required"):
@@ -104,8 +124,36 @@ def _check_choice(choice: Any, tools: list[dict[str, Any]]) -> tuple[str, str | 
         if name not in {t["function"]["name"] for t in tools}:
             raise ToolRequestError("tool_choice.function.name", f"{name!r} is not one of the declared tools")
         return "function", name
-    raise ToolRequestError("tool_choice", 'must be "auto", "none", "required" or '
-                                          '{"type": "function", "function": {"name": ...}}')
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        return _allowed(choice.get("allowed_tools"), tools)
+    raise ToolRequestError("tool_choice", 'must be "auto", "none", "required", '
+                                          '{"type": "function", "function": {"name": ...}} or '
+                                          '{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}')
+
+
+def _allowed(spec: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None, set[str]]:
+    """OpenAI's ``allowed_tools`` choice (openai 3.57.0, types/chat/chat_completion_allowed_tools_param.py):
+    ``mode`` "auto" or "required" over a subset of the declared tools, named as
+    ``{"type": "function", "function": {"name": ...}}``. Honoured by offering the model only that subset:
+    a call to any other tool is then an unknown function, judged like any unusable call."""
+    where = "tool_choice.allowed_tools"
+    if not isinstance(spec, dict) or set(spec) - {"mode", "tools"}:
+        raise ToolRequestError(where, 'must be {"mode": "auto" or "required", "tools": [...]}')
+    mode, picked = spec.get("mode"), spec.get("tools")
+    if mode not in ("auto", "required"):
+        raise ToolRequestError(f"{where}.mode", 'must be "auto" or "required"')
+    declared = {t["function"]["name"] for t in tools}
+    if not isinstance(picked, list) or not picked:
+        raise ToolRequestError(f"{where}.tools", "must be a non-empty list of declared tools")
+    names: set[str] = set()
+    for n, t in enumerate(picked):
+        name = (t.get("function") or {}).get("name") if isinstance(t, dict) and t.get("type") == "function" and \
+            isinstance(t.get("function"), dict) else None
+        if name not in declared:
+            raise ToolRequestError(f"{where}.tools[{n}]", 'must be {"type": "function", "function": {"name": ...}} '
+                                   "naming a declared tool")
+        names.add(name)
+    return mode, None, names
 
 
 def _check_messages(messages: Any) -> list[dict[str, Any]]:
@@ -138,8 +186,10 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
 def prepare(body: dict[str, Any]) -> Prepared:
     """Check the tool-related fields of an OpenAI chat request (``messages``, ``tools``, ``tool_choice``)."""
     tools = _check_tools(body.get("tools"))
-    choice, name = _check_choice(body.get("tool_choice"), tools)
-    return Prepared(_check_messages(body.get("messages")), tools, choice, name)
+    checked = _check_choice(body.get("tool_choice"), tools)
+    if len(checked) == 3:                   # allowed_tools: the model is offered that subset only
+        tools = [t for t in tools if t["function"]["name"] in checked[2]]
+    return Prepared(_check_messages(body.get("messages")), tools, checked[0], checked[1])
 
 
 def render(family: str, req: Prepared, *, thinking: bool | None = None, today: str | None = None) -> str:
@@ -175,12 +225,6 @@ class ParsedOutput:
     finish_reason: str
     problems: list[str]
 
-    def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            msg["tool_calls"] = self.tool_calls
-        return msg
-
 
 def collect(deltas: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """Join streamed deltas as a client does: the text, and the calls by index."""
@@ -210,7 +254,8 @@ def parse_output(family: str, text: str, req: Prepared | None = None, *, finish_
 
 def validate_calls(calls: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[str]:
     """What is wrong with each call against the declared tools: an unknown function, arguments that
-    are not a JSON object, required arguments missing. Empty when every call fits."""
+    are not a JSON object or do not fit the tool's ``parameters`` schema (schema_check, the same
+    checker as ``response_format``). Empty when every call fits."""
     declared = {t["function"]["name"]: t["function"] for t in tools}
     problems = []
     for n, c in enumerate(calls):
@@ -227,10 +272,9 @@ def validate_calls(calls: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
         if not isinstance(args, dict):
             problems.append(f"{where}: arguments are not a JSON object")
             continue
-        schema = declared[name].get("parameters") or {}
-        missing = [k for k in schema.get("required") or () if k not in args]
-        if missing:
-            problems.append(f"{where}: missing required argument(s) {', '.join(missing)}")
+        found = schema_check.problems(args, declared[name].get("parameters") or {}, "arguments")
+        if found:
+            problems.append(f"{where}: " + "; ".join(found))
     return problems
 
 

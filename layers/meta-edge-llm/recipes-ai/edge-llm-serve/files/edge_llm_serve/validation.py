@@ -168,6 +168,10 @@ def response_format(body: dict[str, Any], caps: dict[str, bool]) -> dict[str, An
     strict = spec.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise BadRequest("'response_format' json_schema.strict must be true or false", param="response_format")
+    found = schema_check.not_strict(schema) if strict else None
+    if found:
+        raise BadRequest(f"'response_format' json_schema.{found[0]} is refused: {found[1]}",
+                         param="response_format", code="invalid_schema")
     return {"type": "json_schema", "name": name, "schema": schema, "strict": bool(strict)}
 
 
