@@ -292,7 +292,7 @@ def _memlock_files(policy: str) -> dict[str, str]:
 
 
 def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
-                      kas_files: list[Path] | None = None) -> dict[str, Any]:
+                      kas_files: list[Path] | None = None, image_name: str = DEFAULT_IMAGE) -> dict[str, Any]:
     """Populate ``tree`` with what the meta-edge-llm image installs; returns release.json data.
 
     ``kas_files`` are the release's rendered kas files: /etc/os-release gets what they (with the
@@ -393,10 +393,13 @@ def build_rootfs_tree(manifest: Any, tree: Path, model_files: dict[str, Path],
         cur = tree / on_board.model_current(m.name).lstrip("/")
         cur.symlink_to(version)
         models.append(meta)
-    release = {"release": manifest.release, "board": board.id, "machine": board.kas_machine, "qli": rel.id,
-               "qairt": list(manifest.qairt), "runtimes": list(manifest.runtimes), "models": models,
-               "image": {"memlock": str(image.memlock), "download_mode": download_mode,
-                         "inference_user": user, "variant": image.variant}, "simulated": True}
+    # the document the image's edge_llm_release_json writes (provisioner render fills it), in the same shape,
+    # so a virtual board shows what a flashed one does (tests/sim/test_bundle.py holds the shapes equal)
+    release = {"format": 1, "release": manifest.release, "board": board.id, "machine": board.kas_machine,
+               "qli": rel.id, "image": image_name, "qairt": list(manifest.qairt), "runtimes": list(manifest.runtimes),
+               "models": [{k: meta.get(k) for k in ("name", "kind", "qairt", "version", "sha256", "size")}
+                          for meta in models],
+               "variant": image.variant, "download_mode": download_mode}
     _write(tree, on_board.RELEASE_JSON, json.dumps(release, indent=2, sort_keys=True) + "\n")
     return release
 
@@ -443,7 +446,7 @@ def make_bundle(manifest: Any, out_dir: Path | str, *, model_files: dict[str, Pa
     try:
         with tempfile.TemporaryDirectory(prefix="rootfs-tree.", dir=out_dir) as tree:
             release = build_rootfs_tree(manifest, Path(tree), {k: Path(v) for k, v in (model_files or {}).items()},
-                                        kas_files)
+                                        kas_files, image)
             seed = uuid.uuid5(uuid.NAMESPACE_URL, f"edge-llm/{manifest.release}/{board.id}")
             make_ext4(Path(tree), stage / "rootfs.img", fs_uuid=str(seed))
         files = {

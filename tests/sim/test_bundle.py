@@ -133,3 +133,23 @@ def realworld_ci():
     from tests.image.kas_fixtures import meta_qcom_ci
 
     return meta_qcom_ci()
+
+
+def test_release_json_is_the_one_the_image_writes(bundle):
+    """The virtual image's /etc/edge-llm/release.json (its own writer, provisioner/sim/bundle.py) is the
+    document the real image writes for the same manifest: what render puts in EDGE_LLM_RELEASE_JSON."""
+    from provisioner.manifest import load_manifest
+    from provisioner.plan import make_plan
+
+    on_the_board = json.loads(_debugfs_cat(bundle / "rootfs.img", on_board.RELEASE_JSON))
+    image_writes = make_plan(load_manifest(bundle.parent.parent / "manifest.yaml")).release_json()
+    assert sorted(on_the_board) == sorted(image_writes)
+    on_board_models, image_models = on_the_board.pop("models"), image_writes.pop("models")
+    assert on_the_board == image_writes
+    assert len(on_board_models) == len(image_models) == 1
+    for got, want in zip(on_board_models, image_models, strict=True):
+        assert sorted(got) == sorted(want)
+        # what the model is agrees; its version, digest and size are render's only when the manifest gives a
+        # sha256 (else a fallback version), where the virtual image names the version by the file's digest
+        assert {k: got[k] for k in ("name", "kind", "qairt")} == {k: want[k] for k in ("name", "kind", "qairt")}
+        assert isinstance(got["version"], str) and isinstance(want["version"], str)
