@@ -10,6 +10,7 @@ virtual boards' systemctl stand-in, which must agree.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -165,3 +166,37 @@ def test_the_manifest_refuses_what_the_rule_cannot_give(policy, said, tmp_path):
         load_manifest(write_manifest(tmp_path / "m.yaml", image={"variant": "debug", "memlock": policy}))
     assert "image.memlock" in str(err.value) and said in str(err.value)
     assert memlock.limits(2 * 1024 * 1024).bytes == memlock.MIN_BYTES       # the least the manifest takes
+
+
+def _memlock_recipe_installs(tmp_path: Path, variables: dict[str, str]) -> bool:
+    """Whether edge-llm-memlock's do_install takes these EDGE_LLM_*MEMLOCK values (False: bb.fatal)."""
+    import bb
+    import bb.build
+
+    local = "".join(f'{k} = "{v}"\n' for k, v in variables.items())
+    d = bbparse.parse_recipe(LAYER / "recipes-core/edge-llm-memlock/edge-llm-memlock.bb",
+                             bbparse.make_env(tmp_path, (bbparse.QCOM_DISTRO_FIXTURE,), local_conf=local))
+    for var in ("T", "D"):
+        Path(d.getVar(var)).mkdir(parents=True, exist_ok=True)
+    try:
+        bb.build.exec_func("do_install", d)
+    except bb.BBHandledException:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("policy", ["unlimited", "0", "1", "4194304", "007"])
+def test_the_recipe_takes_every_value_the_rule_gives(policy, tmp_path):
+    """The recipe's check of its two variables only guards a hand-set value: whatever memlock.limits()
+    gives for a policy, it installs."""
+    assert _memlock_recipe_installs(tmp_path, memlock.layer_variables(policy))
+
+
+@pytest.mark.parametrize("session,service", [("4G", "4G"), ("-1", "infinity"), ("unlimited", "4194304"),
+                                             ("4194304", "4M"), ("infinity", "infinity")])
+def test_the_recipe_refuses_hand_set_values_the_rule_never_gives(session, service, tmp_path, fatal):
+    hand_set = {"EDGE_LLM_MEMLOCK": session, "EDGE_LLM_SERVICE_MEMLOCK": service}
+    with contextlib.suppress(ValueError):
+        assert memlock.layer_variables(session) != hand_set          # not a pair the rule gives
+    assert _memlock_recipe_installs(tmp_path, hand_set) is False
+    assert any("MEMLOCK must be" in m for m in fatal.messages), fatal.messages

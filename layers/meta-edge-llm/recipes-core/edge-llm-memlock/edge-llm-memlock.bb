@@ -11,7 +11,9 @@ LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda
 # EDGE_LLM_MEMLOCK ("unlimited" or KiB, limits.conf), services EDGE_LLM_SERVICE_MEMLOCK ("infinity" or
 # the same KiB with K, systemd). The files: EDGE_LLM_LIMITS_FILE, EDGE_LLM_SYSTEMD_DROPIN (the manager's
 # default for every service) and EDGE_LLM_SERVE_DROPIN (every instance of the inference service; the
-# serve unit and the fleet's per-model drop-in set no limit of their own).
+# serve unit and the fleet's per-model drop-in set no limit of their own). The rule, and so the grammar of
+# the two values, is memlock.limits(); the check in do_install only refuses a variable set by hand to what
+# the rule never gives (tests/image/test_memlock.py runs this recipe on the rule's values and on such ones).
 
 inherit allarch
 
