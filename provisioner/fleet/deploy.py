@@ -44,9 +44,14 @@ def install_args(install: dict[str, Any], expects: dict[str, HostVars], *, healt
 
 
 def deploy_steps(install: dict[str, Any], found: dict[str, dict[str, Any]], expects: dict[str, HostVars], *,
-                 health_gate: bool, prune: bool, serve: Serve | None = None) -> Steps:
+                 health_gate: bool, prune: bool, serve: Serve | None = None, hold_commit: bool = False) -> Steps:
     """Call 2 from call 1's report ``found`` (per model: installed, committed, old, old_previous, run,
-    instance, qairt)."""
+    instance, qairt).
+
+    ``hold_commit`` (a release with an eval gate): a new version's commit mark is not written here but
+    left in its row as ``commit_op``, for the eval gate to write once the score holds. A board lost
+    mid-eval then leaves the version current but uncommitted, and the next run judges it again: such a
+    version (current, not committed) reports the version before it as ``from``."""
     steps = Steps()
     for m in install["models"]:
         info = found.get(m["name"])
@@ -63,8 +68,14 @@ def deploy_steps(install: dict[str, Any], found: dict[str, dict[str, Any]], expe
             if not ok:
                 steps.failures.append(fallback(steps, m, info, msg, serve))
                 continue
-            steps.ops.append(commit_op(m["committed"], {"name": name, "version": version, "qairt": m["qairt"],
-                                                      "gated": bool(health_gate), "gate": msg}))
+            mark = commit_op(m["committed"], {"name": name, "version": version, "qairt": m["qairt"],
+                                              "gated": bool(health_gate), "gate": msg})
+            if hold_commit:
+                row["commit_op"] = mark
+                if old == version:      # switched by a run that never got to judge it: judged now
+                    row["from"] = info.get("old_previous") or None
+            else:
+                steps.ops.append(mark)
         if old != version:
             if old:
                 steps.ops.append({"op": "link", "path": m["previous"], "target": old})

@@ -82,3 +82,38 @@ def test_with_a_version_before_it_the_rollback_mode_runs_and_a_good_score_keeps_
     res = eval_action.after_deploy(kept, _deployed("v1"), {}, [MODEL], {"board": "iq-9075-evk"}, True, _serve())
     assert not res.get("failed") and "; eval nemotron-nano-8b" in res["msg"]
     assert [c[0] for c in kept.calls] == ["module"]
+
+
+def _held(frm):
+    res = _deployed(frm)
+    res["edge_llm"]["models"]["nemotron-nano-8b"]["commit_op"] = {
+        "op": "write", "path": "/var/lib/edge-llm/models/nemotron-nano-8b/v2.committed", "content": "{}\n"}
+    return res
+
+
+def test_the_commit_mark_is_written_only_once_the_score_holds():
+    kept = Board(right)
+    res = eval_action.after_deploy(kept, _held("v1"), {}, [MODEL], {"board": "iq-9075-evk"}, True, _serve())
+    assert not res.get("failed") and [c[0] for c in kept.calls] == ["module", "apply"]
+    assert kept.calls[1][1] == [("write", "/var/lib/edge-llm/models/nemotron-nano-8b/v2.committed")]
+    assert "commit_op" not in str(res["edge_llm"])           # the mark's content stays out of the report
+    failed = Board(lambda body: "alitiesmall")
+    res = eval_action.after_deploy(failed, _held("v1"), {}, [MODEL], {"board": "iq-9075-evk"}, True, _serve())
+    assert res["failed"] and not any(op == "write" for c in failed.calls if c[0] == "apply" for op, _ in c[1])
+
+
+def test_a_board_lost_mid_eval_leaves_the_version_uncommitted_for_the_next_run():
+    class Lost(Board):
+        def _module(self, name, args, task_vars):
+            self.calls.append(("module", name))
+            return {"unreachable": True, "msg": "ssh: connection refused"}
+
+    lost = Lost(right)
+    res = eval_action.after_deploy(lost, _held("v1"), {}, [MODEL], {"board": "iq-9075-evk"}, True, _serve())
+    assert res.get("unreachable") and [c[0] for c in lost.calls] == ["module"]     # no mark written
+    # the next run: current v2 still uncommitted, not restarted by this run, reported from v1: judged now
+    again = _held("v1")
+    again["edge_llm"]["done"] = []
+    kept = Board(right)
+    res = eval_action.after_deploy(kept, again, {}, [MODEL], {"board": "iq-9075-evk"}, True, _serve())
+    assert [c[0] for c in kept.calls] == ["module", "apply"] and "; eval nemotron-nano-8b" in res["msg"]

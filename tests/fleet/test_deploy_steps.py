@@ -172,3 +172,19 @@ def test_an_instance_that_does_not_come_back_is_reported_with_its_unit_and_healt
     assert version_switch.restart_failures(done, 30) == [
         f"service failed after the switch: edge-llm-serve@{GEMMA}.service restarted onto {GEMMA} v2, "
         "GET http://127.0.0.1:9100/health did not answer 200 after 30 attempts (HTTP 503)"]
+
+
+def test_with_an_eval_gate_the_commit_mark_waits_for_the_score():
+    """hold_commit (a release with verify.eval): the switch happens, the mark is left for the eval gate; a
+    version left current but uncommitted by a run that lost the board is judged again, from the one before."""
+    ok = {"rc": 0, "stdout": "An NPU is a processor. It runs neural networks fast.", "stderr": "", "collected": {}}
+    found = {GEMMA: {"installed": False, "committed": False, "old": "v1", "old_previous": "v0", "run": ok}}
+    steps = deploy.deploy_steps(_install(), found, _expects(), health_gate=False, prune=True, hold_commit=True)
+    assert not any(o["op"] == "write" and o["path"].endswith(".committed") for o in steps.ops)
+    assert ("link", "v2") in _ops(steps)
+    row = steps.models[GEMMA]
+    assert row["commit_op"]["path"].endswith("/v2.committed") and row["from"] == "v1"
+    found = {GEMMA: {"installed": True, "committed": False, "old": "v2", "old_previous": "v1", "run": ok}}
+    again = deploy.deploy_steps(_install(), found, _expects(), health_gate=False, prune=True, hold_commit=True)
+    assert again.models[GEMMA]["from"] == "v1" and "commit_op" in again.models[GEMMA]
+    assert again.models[GEMMA]["outcome"] == "current v2"

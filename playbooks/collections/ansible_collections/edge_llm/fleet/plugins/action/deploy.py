@@ -98,7 +98,10 @@ class ActionModule(BoardAction):
             result["msg"] = "would change this board" if result["changed"] else "up to date"
             return result
         if mode == "deploy":
-            steps = deploy.deploy_steps(install, found, expects, health_gate=gate, prune=prune, serve=serve)
+            # with a release eval gate the commit marks wait for the score (eval_action.after_deploy)
+            hold = eval_action.gate_of(self, task_vars) is not None
+            steps = deploy.deploy_steps(install, found, expects, health_gate=gate, prune=prune, serve=serve,
+                                        hold_commit=hold)
         else:
             steps = rollback.rollback_steps(models, found, expects, health_gate=gate, serve=serve)
         changed = bool(first.get("changed"))

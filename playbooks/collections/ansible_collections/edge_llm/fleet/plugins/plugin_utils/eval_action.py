@@ -40,23 +40,30 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
     commit mark off the version that failed, so a rerun judges it again instead of switching back to it."""
     gate = gate_of(action, task_vars)
     payload = result.get("edge_llm") or {}
-    if gate is None or result.get("failed") or payload.get("kind") != "deploy":
+    if gate is None or payload.get("kind") != "deploy":
         return result
+    rows = payload.get("models") or {}
+    held = {n: r.pop("commit_op") for n, r in rows.items() if "commit_op" in r}     # kept out of the report
+    if result.get("failed"):         # another gate failed first: nothing is judged, marks as without a gate
+        return _commit(action, task_vars, result, held, set(rows))
     suite, min_score = gate
     restarted = {d.get("model") for d in payload.get("done") or [] if d.get("op") == "restart" and not d.get("health")}
-    moved = {n: r for n, r in (payload.get("models") or {}).items()
+    moved = {n: r for n, r in rows.items()
              if r.get("from") != r.get("version") and str(r.get("outcome", "")).startswith("current ")}
+    # a held (uncommitted) version is judged even when this run did not restart it: an earlier run switched
+    # it and lost the board before its score was in
     asked = [i for i in launch.units(serve.expect, bind=serve.bind, port_base=serve.port_base)["instances"]
-             if i["model"] in moved and i["model"] in restarted]
+             if i["model"] in moved and (i["model"] in restarted or i["model"] in held)]
     unserved = sorted(set(moved) - {i["model"] for i in asked})
     if unserved:       # never launched here: nothing serves it to ask (the next fleet eval will)
         result["msg"] = f"{result.get('msg', '')}; eval skipped: {', '.join(unserved)} not served (fleet launch)"
+    judged = {i["model"] for i in asked}
     if not asked:
-        return result
+        return _commit(action, task_vars, result, held, set(rows))
     plan = launch.units(serve.expect, bind=serve.bind, port_base=serve.port_base)
     report = fleet_eval.run(lambda name, margs: action._module(name, margs, task_vars), suite, instances_of(
         {"instances": asked}), plan["token_file"], min_score)
-    if report.get("unreachable"):
+    if report.get("unreachable"):       # no commit mark written: the next run judges these versions again
         return report
     failed = [i["model"] for i in asked if i["model"] not in report["models"]
               or report["models"][i["model"]]["score"] < min_score]
@@ -64,7 +71,10 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
     if not failed:
         result["msg"] = f"{result.get('msg', '')}; eval " + ", ".join(
             f"{m} {r['score']:.2f}" for m, r in report["models"].items())
-        return result
+        return _commit(action, task_vars, result, held, set(rows))
+    committed = _commit(action, task_vars, result, held, set(rows) - judged)
+    if committed is not result:
+        return committed
     # a version that fails the gate does not serve: back to the one before it (the rollback mode), or, on a first
     # install, nothing at all (current removed, the instance stopped), as the smoke gate's fallback does
     back = [m for m in models if m.get("name") in failed and moved[m["name"]].get("from")]
@@ -96,6 +106,21 @@ def after_deploy(action, result, task_vars, models, args, health_gate, serve):
     result.update(failed=True, changed=True,
                   msg=f"eval gate failed, {'; '.join(outcomes)}: {'; '.join(report['failures'])}")
     return result
+
+def _commit(action, task_vars, result, held, names):
+    """Write the held commit marks (``commit_op`` of deploy_steps with ``hold_commit``) of ``names``: the
+    versions whose score held, or that no eval here could judge. Returns ``result``, or the board's
+    answer when it went away (those versions stay uncommitted, so the next run judges them)."""
+    ops = [held[n] for n in sorted(names) if n in held]
+    if not ops:
+        return result
+    done = action._call({"mode": "apply", "ops": ops}, task_vars)
+    if done.get("unreachable"):
+        return done
+    if done.get("failed"):
+        result.update(failed=True, msg=f"{result.get('msg', '')}; writing the commit marks failed: {done.get('msg')}")
+    return result
+
 
 def in_update_os_gate(action, task_vars, serve, verdict):
     """The update-os gate's eval step, once the board passed its other checks: every enabled instance of
