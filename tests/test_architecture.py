@@ -261,7 +261,7 @@ def test_board_paths_are_defined_only_in_contracts_board():
         for line, text in _code_strings(path):
             offences += [f"provisioner/{rel}:{line}: {name}" for name, value in paths.items() if _restates(text, value)]
     # every file of the layer: recipes, classes, configs, units and the scripts recipes install. Not the
-    # README (prose for people), nor the board-side
+    # README (prose for people; tests/image/test_layer_readme.py holds its paths to the contract), nor the board-side
     # edge_llm_serve package (stdlib only, it cannot import the contract; the one path it names, the token
     # file, is held equal to contracts.board by tests/ota/test_publish_secrets.py)
     layer_files = [p for p in LAYER.rglob("*") if p.is_file() and p != LAYER_DEFAULTS and p.name != "README.md"
