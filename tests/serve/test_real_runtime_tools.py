@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import json
 import re
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -302,16 +303,26 @@ def test_the_model_type_read_on_the_board_is_the_controllers(models):
 def test_a_call_the_runtimes_parser_cannot_read_is_an_invalid_call_not_a_runtime_error(tool_board, models):
     """The runtime ends the stream with "Failed to parse tool calls" when the model's call block is no call
     (here: fences the tiny model happens to write around random text). The service judges that like any unfit
-    answer: it runs the request once more, then the client gets invalid_tool_call with the model's output."""
+    answer: it runs the request once more, with the model's answer and a correction turn (so the random
+    model's retry is another text), then the client gets invalid_tool_call with the model's output, or the
+    retry's answer when that one fits; never a runtime error."""
     import openai
-    c = openai_client(tool_board(models["bad_fences"]))
+    board = tool_board(models["bad_fences"])
+    c = openai_client(board)
     assert c.models.retrieve("tiny").model_extra["capabilities"]["tools"] is True
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-    with pytest.raises(openai.InternalServerError) as exc:
-        c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER], max_tokens=24)
-    body = exc.value.body
-    assert body["code"] == "invalid_tool_call" and "parser could not read" in body["message"]
-    assert "(also on the retry)" in body["message"] and BAD_FENCES["code_fence_start"] in body["model_output"]
+    try:
+        out = c.chat.completions.create(model="tiny", messages=ask, tools=[WEATHER], max_tokens=24)
+    except openai.InternalServerError as exc:
+        body = exc.body
+        assert body["code"] == "invalid_tool_call" and "parser could not read" in body["message"]
+        assert "(also on the retry)" in body["message"] and BAD_FENCES["code_fence_start"] in body["model_output"]
+    else:
+        assert out.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    req = urllib.request.Request(f"{board.url}/metrics", headers=board.headers())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        unfit = re.search(r'^edge_llm_runtime_errors_total\{kind="answer_unfit"\} (\d+)', r.read().decode(), re.M)
+    assert unfit and int(unfit.group(1)) >= 1           # the first answer was judged unfit, and retried
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -355,7 +355,7 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                     svc.metrics.error("answer_unfit")
                     if retries and not judge.sent:
                         retries, retried = retries - 1, True
-                        job = self._again(job)
+                        job = self._again(job, body, exc)
                         if job is None:
                             return
                         continue
@@ -394,10 +394,27 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                 send(out + ["data: [DONE]\n\n"])
                 return
 
-        def _again(self, job: Job) -> Job | None:
-            """``job`` queued once more (the bounded retry); None when the queue is full (answered 429)."""
-            again = dataclasses.replace(job, events=queue.SimpleQueue(), cancelled=threading.Event(),
-                                        enqueued=time.monotonic(), finished=False)
+        def _again(self, job: Job, body: dict[str, Any], why: Unfit) -> Job | None:
+            """The bounded retry (once, see _checked): the request again with a correction turn, queued; None
+            when the queue is full (answered 429).
+
+            Why not the same job again: on Genie the sampler is the model's genie_config.json and on a
+            greedy or seeded LiteRT-LM run the same prompt gives the same answer, so an unchanged retry
+            only doubles the NPU time. The retry therefore adds the model's unfit answer as an assistant
+            turn and a user turn saying what was wrong (the service's own words, not the model's), and,
+            when the client sent no seed, a fresh seed, so a sampling runtime draws anew. A client's seed
+            is kept: it asked for repeatable sampling."""
+            turns = [{"role": "assistant", "content": why.output[:2000] or "(no answer)"},
+                     {"role": "user", "content": f"That answer could not be used: {why}. Answer my request "
+                                                 "again, fixing exactly that."}]
+            try:
+                fixed = make_job(cfg, "chat", {**body, "messages": list(body["messages"]) + turns},
+                                 svc.scheduler.engine.capabilities, svc.scheduler.engine.capability_notes)
+            except BadRequest:      # e.g. the longer prompt no longer fits: the plain retry, fresh seed only
+                fixed = job
+            seed = job.seed if body.get("seed") is not None else int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
+            again = dataclasses.replace(fixed, seed=seed, events=queue.SimpleQueue(), cancelled=threading.Event(),
+                                        enqueued=time.monotonic(), finished=False, gone=job.gone)
             if not svc.scheduler.submit(again):
                 self._error(429, "the answer did not fit the request and the NPU queue is full for its retry",
                             "rate_limit_exceeded", code="queue_full", headers={"Retry-After": "2"})
