@@ -32,9 +32,11 @@ class Verdict:
 
 
 def answer_text(answer: dict[str, Any]) -> str:
-    """What the model said: its calls as ``name({...})``, then its text, or the error that came back instead."""
+    """What the model said: its calls as ``name({...})``, then its text, or the error that came back instead
+    (with the model's words beside it when the service sent them: an answer it refused to pass on)."""
     if answer.get("error"):
-        return f"(no answer: {answer['error']})"[:SHOWN]
+        said = f" the model said: {answer['content']}" if answer.get("content") else ""
+        return f"(no answer: {str(answer['error'])[:SHOWN // 2]}){said}"[:SHOWN]
     calls = [f"{c.get('name')}({c.get('arguments')})" for c in _calls(answer)]
     text = " ".join(calls + ([str(answer.get("content"))] if answer.get("content") else []))
     return text[:SHOWN] if text else "(empty answer)"

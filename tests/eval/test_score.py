@@ -67,3 +67,43 @@ def test_score_per_category_and_the_worst_failure_shows_the_models_words():
     assert "\x1b" in res["failures"][0]["got"]      # kept as text; the report makes it visible
     nocall = next(f for f in res["failures"] if f["case"] == "no-tool-needed")
     assert nocall["got"] == "(no answer: HTTP 400: tools not supported)"
+
+
+def test_an_answer_the_service_refused_shows_the_models_words_beside_the_error():
+    """The service's 500 for an unfit answer carries error.model_output; the board module keeps it as the
+    answer's content and the report shows it, so fleet eval says what the model actually wrote."""
+    import http.server
+    import sys
+    import threading
+    from pathlib import Path
+
+    collections = Path(__file__).resolve().parents[2] / "playbooks" / "collections"
+    if str(collections) not in sys.path:
+        sys.path.insert(0, str(collections))
+    from ansible_collections.edge_llm.fleet.plugins.modules import eval as eval_module
+
+    class Service(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server naming)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            data = json.dumps({"error": {"message": "tool_choice demanded a tool call and the model answered "
+                                         "without one (also on the retry)", "type": "server_error", "param": None,
+                                         "code": "tool_choice_unmet", "model_output": "It is sunny in Paris."}})
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Service)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    try:
+        got = eval_module.ask({"bind": "127.0.0.1", "port": server.server_address[1]}, "t",
+                              {"messages": [{"role": "user", "content": "Weather in Paris?"}]}, 10, 2000)
+    finally:
+        server.server_close()
+    assert got["status"] == 500 and got["content"] == "It is sunny in Paris."
+    verdict = judge(next(c for c in SUITE.cases if c.category == "tool-call"), got, SUITE.tools)
+    assert not verdict.ok and verdict.got.startswith("(no answer: HTTP 500: tool_choice demanded")
+    assert verdict.got.endswith("the model said: It is sunny in Paris.")

@@ -101,6 +101,11 @@ def ask(inst, token, body, timeout, keep):
         err = (doc or {}).get("error") if isinstance(doc, dict) else None
         msg = err.get("message") if isinstance(err, dict) else raw[:300].decode("utf-8", "replace")
         out["error"] = f"HTTP {status}: {msg}"[:keep]
+        # the service's 500 for an answer that did not fit (a tool_choice unmet, JSON that is not JSON)
+        # carries the model's own words in error.model_output: the eval report shows them
+        said = err.get("model_output") if isinstance(err, dict) else None
+        if isinstance(said, str) and said:
+            out["content"] = _cut(said, keep)
         return out
     # the answer's shape per the official openai package's types (3.57.0): choices[0].message has content (str or
     # null) and tool_calls, each {id, type "function", function {name, arguments: JSON text}}
