@@ -185,8 +185,10 @@ def test_the_runtimes_tool_calls_become_openai_tool_calls(serve_pkg):
     streamed = {"role": "assistant", "tool_calls": [
         {"type": "function", "function": {"name": "tool_1", "arguments": {"x": 1}}},
         {"type": "function", "function": {"name": "tool_2", "arguments": {"y": "two"}}}]}
-    text, calls = litert._chunk_parts(json.dumps(streamed))
+    text, calls = litert._chunk_parts(json.dumps(streamed), conversation=True)
     assert text == ""
+    # a Session (completions) chunk is the model's text even when it reads as a JSON message
+    assert litert._chunk_parts(json.dumps(streamed), conversation=False) == (json.dumps(streamed), [])
     assert [c["function"] for c in calls] == [{"name": "tool_1", "arguments": '{"x": 1}'},
                                               {"name": "tool_2", "arguments": '{"y": "two"}'}]
     assert all(c["type"] == "function" and re.fullmatch(r"call_[0-9a-f]{24}", c["id"]) for c in calls)

@@ -332,3 +332,17 @@ def test_a_huge_integer_is_checked_as_an_integer_and_answered(start_board):
         else:
             text = c.chat.completions.create(model=MODEL, response_format=n, messages=ask).choices[0].message.content
         assert json.loads(text)["n"] == 10 ** 400
+
+
+def test_tool_fields_on_a_role_openai_does_not_give_them_are_400_naming_the_field(start_board):
+    """tool_calls belong to an assistant message and tool_call_id to a tool message (the openai types):
+    on a user message they would be silently dropped, so they are refused by name."""
+    c = client(board_for(start_board))
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    for extra, field in (({"tool_call_id": "c1"}, "messages[0].tool_call_id"),
+                         ({"tool_calls": [call]}, "messages[0].tool_calls")):
+        with pytest.raises(openai.BadRequestError) as exc:
+            c.chat.completions.create(model=MODEL, tools=TOOLS,
+                                      messages=[{"role": "user", "content": "Weather in Rome?", **extra}])
+        assert exc.value.body["param"] == field, exc.value.body
+        assert "belongs to a message of role" in exc.value.body["message"]

@@ -64,6 +64,7 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
 #: a message's fields beside role and content -> why they are refused (any value but null)
 MESSAGE_REFUSED: dict[str, str] = {
     "tool_call_id": "belongs to a message of role \"tool\" only",
+    "tool_calls": "belongs to a message of role \"assistant\" only",
     "function_call": "OpenAI's deprecated form of tool_calls: send tool_calls instead",
     "name": "participant names are not passed to the model",
     "refusal": "an assistant's refusal is not passed to the model",

@@ -13,8 +13,10 @@ What a caller does with one request:
    for a 400) and gives a ``Prepared`` request;
 2. ``render(family, prepared)`` is the prompt text (the tool prompt is left out for ``"none"``, and a
    named function is the only one shown);
-3. the model's text goes through ``parser(family, prepared)`` chunk by chunk (streaming deltas) or
-   ``parse_output`` at once (a message with ``content`` and ``tool_calls``);
+3. the model's text goes through ``parser(family, prepared)`` chunk by chunk (streaming deltas; the
+   service reads every answer this way, through answer_check.Judge). ``parse_output`` reads a whole
+   text at once through the same parser: the reference the recorded-output tests and bench/toolcalls.py
+   hold the streamed reading against;
 4. ``validate_calls`` lists calls that do not fit the declared tools, and ``choice_unmet`` says whether
    ``"required"`` or a named function was honoured (the service retries once, then answers an error
    the client can see: a model cannot be forced here, there is no constrained decoding in Genie).

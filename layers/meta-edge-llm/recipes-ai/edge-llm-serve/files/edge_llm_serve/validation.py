@@ -289,8 +289,12 @@ def make_job(cfg: dict[str, Any], kind: str, body: dict[str, Any], caps: dict[st
         for i, m in enumerate(raw):
             roles = ("system", "developer", "user", "assistant") + (("tool",) if tooled else ())
             if not isinstance(m, dict) or m.get("role") not in roles:
-                raise BadRequest(f"messages[{i}] needs a role of system, user or assistant", param="messages")
-            allowed = {"role", "content"} | ({"tool_calls", "tool_call_id"} if tooled else set())
+                raise BadRequest(f"messages[{i}] needs a role of {', '.join(roles[:-1])} or {roles[-1]}",
+                                 param="messages")
+            # OpenAI's message types: tool_calls on an assistant message, tool_call_id on a tool message
+            # (openai 3.57.0, types/chat/chat_completion_{assistant,tool}_message_param.py); elsewhere refused
+            allowed = {"role", "content"} | ({"tool_calls"} if tooled and m["role"] == "assistant" else set()) \
+                | ({"tool_call_id"} if m["role"] == "tool" else set())
             for key in sorted(k for k, v in m.items() if k not in allowed and v is not None):
                 why = MESSAGE_REFUSED.get(key, "not a field of an OpenAI message this service knows")
                 raise BadRequest(f"messages[{i}].{key} is refused: {why}", param=f"messages[{i}].{key}",

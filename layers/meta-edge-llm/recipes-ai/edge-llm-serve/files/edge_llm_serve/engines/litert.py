@@ -301,7 +301,7 @@ class LiteRtLmEngine(Engine):
             if error:
                 state["error"] = error.decode("utf-8", "replace")
             elif chunk and not state["stop"]:
-                text, found = _chunk_parts(chunk.decode("utf-8", "replace"))
+                text, found = _chunk_parts(chunk.decode("utf-8", "replace"), job.kind != "completion")
                 calls.extend(found)
                 if (text or not found) and not emit(text):
                     state["stop"] = True
@@ -464,19 +464,21 @@ class LiteRtLmEngine(Engine):
                 self.lib.litert_lm_conversation_cancel_process(handle)     # engine.h:787
 
 
-def _chunk_parts(chunk: str) -> tuple[str, list[dict[str, Any]]]:
-    """A stream chunk's text and tool calls: the Conversation API streams JSON messages (engine.cc
-    CreateConversationCallback; a tool call arrives whole, in a message of its own, once its closing
-    fence came: runtime/conversation/internal_callback_util.cc), the Session API plain text."""
-    if chunk.startswith("{"):
-        try:
-            msg = json.loads(chunk)
-        except ValueError:
-            return chunk, []
-        if not isinstance(msg, dict):
-            return chunk, []
-        content = msg.get("content")
-        text = content if isinstance(content, str) else (
-            "".join(p.get("text", "") for p in content if isinstance(p, dict)) if isinstance(content, list) else "")
-        return text, openai_tool_calls(msg)
-    return chunk, []
+def _chunk_parts(chunk: str, conversation: bool) -> tuple[str, list[dict[str, Any]]]:
+    """A stream chunk's text and tool calls. Which API streamed it decides, not the chunk's look: the
+    Conversation API streams JSON messages (engine.cc CreateConversationCallback; a tool call arrives
+    whole, in a message of its own, once its closing fence came: runtime/conversation/
+    internal_callback_util.cc), the Session API plain text, which may itself be JSON the model wrote
+    (``{}`` from a completions prompt is the model's text, not a message)."""
+    if not conversation:
+        return chunk, []
+    try:
+        msg = json.loads(chunk)
+    except ValueError:
+        return chunk, []
+    if not isinstance(msg, dict):
+        return chunk, []
+    content = msg.get("content")
+    text = content if isinstance(content, str) else (
+        "".join(p.get("text", "") for p in content if isinstance(p, dict)) if isinstance(content, list) else "")
+    return text, openai_tool_calls(msg)
