@@ -1,9 +1,9 @@
-"""The request handlers, one per route: bearer-token auth, then health, models, metrics and completions."""
+"""The request handlers, one per route: health, then (after the bearer-token check of :mod:`.auth`) models,
+metrics and completions."""
 
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import io
 import json
 import os
@@ -17,6 +17,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from edge_llm_serve import auth
 from edge_llm_serve.answer_check import Judge, Unfit, needed
 from edge_llm_serve.config import DEFAULTS, STARTED, VERSION
 from edge_llm_serve.engines.base import Job
@@ -107,12 +108,12 @@ def make_handler(svc: Service) -> type[BaseHTTPRequestHandler]:
                 self._error(503, f"model not loaded: {sched.reason}", "server_error", code="model_not_loaded")
 
         def _authorized(self) -> bool:
-            got = self.headers.get("Authorization", "")
-            scheme, _, value = got.partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), svc.token.encode()):
+            """The bearer-token check of :mod:`.auth`; answers the 401 itself when it fails."""
+            why = auth.refusal(self.headers.get("Authorization"), svc.token)
+            if why is None:
                 return True
-            self._error(401, "missing or wrong bearer token" if got else "Authorization: Bearer <token> required",
-                        "authentication_error", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            self._error(auth.REFUSED_STATUS, why, auth.REFUSED_KIND, code=auth.REFUSED_CODE,
+                        headers=dict(auth.REFUSED_HEADERS))
             return False
 
         # -- GET ---------------------------------------------------------------------------
