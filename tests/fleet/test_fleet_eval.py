@@ -132,6 +132,8 @@ def test_deploy_keeps_a_model_only_when_its_eval_score_holds(evalfleet):
         res = _deploy(fleet, art, server, "good", limit="ev-9075,ev-8275")
         assert res.row("ev-9075").verdict == "pass", res.row("ev-9075").reason
         assert _current(fleet, "ev-9075", NEMO) == "v2"
+        kept = f"{on_board.model_version_dir(NEMO, 'v2')}{deploy_index.COMMITTED}".lstrip("/")
+        assert (fleet.rootfs("ev-9075") / kept).is_file()       # committed once its score held
         low = res.row("ev-8275")
         assert low.verdict == "fail"
         assert f"eval gate failed, {GEMMA} {gemma_new} rolled back to {before['ev-8275']}: eval: {GEMMA} scored" \
