@@ -32,17 +32,7 @@ from provisioner import context  # noqa: E402
 from provisioner.eval.suite import load_suite  # noqa: E402
 from provisioner.fleet.runner import FleetOptions, ansible_env, run_fleet  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402
-from tests.fleet.simfleet import BoardSpec, build_fleet, can_run, free_port  # noqa: E402
-
-FLOOR = """---
-- name: Floor - one shell task per board
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: One task, no work
-      ansible.builtin.shell: "true"
-      changed_when: false
-"""
+from tests.fleet.simfleet import FLOOR, BoardSpec, build_fleet, can_run, free_port  # noqa: E402
 
 
 def children_cpu() -> float:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from provisioner.fleet.runner import ansible_env  # noqa: E402
 from provisioner.process import run_streaming  # noqa: E402
-from tests.fleet.simfleet import BoardSpec, SimFleet, build_fleet, can_run  # noqa: E402
+from tests.fleet.simfleet import FLOOR, BoardSpec, SimFleet, build_fleet, can_run  # noqa: E402
 
 #: run order: launch and benchmark serve the image's models first, then deploy and its rollback (launched
 #: after this bench's deploy, the iq-9075-evk boards' service kept answering /health with 503: a board-side
@@ -58,17 +58,6 @@ OPS = ("verify", "launch", "benchmark", "deploy", "rollback", "update-os")
 GOAL = 1.5
 GOAL_SIZE = 64
 STRATEGY_OPS = ("verify", "benchmark")      # idempotent: rerunning them per strategy measures the same work
-
-FLOOR = """---
-- name: Floor - one shell task per board
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: One task, no work
-      ansible.builtin.shell: "true"
-      changed_when: false
-"""
-
 
 @dataclass
 class Result:

@@ -16,7 +16,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from provisioner.sim.board_view import QAIRT_RE, BoardView
 
@@ -105,6 +105,18 @@ def _fb_deref(buf: bytes, pos: int) -> int:
     return pos + struct.unpack_from("<I", buf, pos)[0]
 
 
+def _read_header(fh: BinaryIO) -> tuple[int, bytes] | None:
+    """(header end offset, the header flatbuffer as read) of an open container: magic ``LITERTLM``, three
+    u32 versions, 4 bytes padding, the u64 header end (schema/core/litertlm_read.cc); None if not one."""
+    pre = fh.read(LITERTLM_PREAMBLE)
+    if len(pre) < LITERTLM_PREAMBLE or pre[:8] != LITERTLM_MAGIC:
+        return None
+    header_end = struct.unpack_from("<Q", pre, 24)[0]
+    if not LITERTLM_PREAMBLE <= header_end <= (64 << 20):
+        return None
+    return header_end, fh.read(header_end - LITERTLM_PREAMBLE)
+
+
 def litertlm_extent(path: Path) -> int | None:
     """How long the file must be for the runtime to load it: the header end and every section's end.
 
@@ -119,15 +131,12 @@ def litertlm_extent(path: Path) -> int | None:
     """
     try:
         with open(path, "rb") as fh:
-            pre = fh.read(LITERTLM_PREAMBLE)
-            if len(pre) < LITERTLM_PREAMBLE or pre[:8] != LITERTLM_MAGIC:
-                return None
-            header_end = struct.unpack_from("<Q", pre, 24)[0]
-            if header_end < LITERTLM_PREAMBLE or header_end > (64 << 20):
-                return None
-            buf = fh.read(header_end - LITERTLM_PREAMBLE)
+            header = _read_header(fh)
     except OSError:
         return None
+    if header is None:
+        return None
+    header_end, buf = header
     if len(buf) < header_end - LITERTLM_PREAMBLE:
         return header_end                                  # "Failed to read header data."
     try:
@@ -193,13 +202,10 @@ def llm_model_type(path: Path) -> str | None:
     LlmMetadata (runtime/proto/llm_metadata.proto:81). None: no such section or field, or not a container."""
     try:
         with open(path, "rb") as fh:
-            pre = fh.read(LITERTLM_PREAMBLE)
-            if len(pre) < LITERTLM_PREAMBLE or pre[:8] != LITERTLM_MAGIC:
+            header = _read_header(fh)
+            if header is None:
                 return None
-            header_end = struct.unpack_from("<Q", pre, 24)[0]
-            if not LITERTLM_PREAMBLE < header_end <= (64 << 20):
-                return None
-            buf = fh.read(header_end - LITERTLM_PREAMBLE)
+            buf = header[1]
             sm = _fb_table_field(buf, _fb_deref(buf, 0), 1)                 # LiteRTLMMetaData.section_metadata
             objs = _fb_table_field(buf, _fb_deref(buf, sm), 0) if sm is not None else None
             if objs is None:

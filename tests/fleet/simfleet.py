@@ -24,6 +24,16 @@ from provisioner.sim import synthetic_models as sm
 from provisioner.sim.board import VirtualBoard
 
 REPO = Path(__file__).resolve().parents[2]
+#: what any fleet operation costs at least: one no-op task per board (the benches' floor)
+FLOOR = """---
+- name: Floor - one shell task per board
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: One task, no work
+      ansible.builtin.shell: "true"
+      changed_when: false
+"""
 EXAMPLES = {"iq-8275-evk": REPO / "examples" / "gemma4-e2b-iq8275.yaml",
             "iq-9075-evk": REPO / "examples" / "nemotron-nano-iq9075.yaml"}
 
