@@ -26,11 +26,13 @@ library (C-API .so; default LITERT_LM_LIBRARY or GENIE_LIBRARY found in env LD_L
 max_client_connections, max_handlers, idle_timeout_s, read_timeout_s, body_timeout_s, backlog,
 limits (see DEFAULTS).
 
-Where things are: config (defaults, token), startup (config file, run environment, main), server
-(selector front), wire (socket helpers, route labels, systemd's socket), routes (auth and one handler
-per route), validation (request bodies), scheduler, metrics, prompts (chat templates), engines
-(base, cabi, litert, genie), runtime_cli (the runtimes' programs, for the controller), toolcalls
-(with toolcalls_render and toolcalls_stream: tool calls in each Genie model family's prompt format).
+Where things are: config (defaults, token file), startup (config file, run environment, main), server
+(selector front), wire (socket helpers, route labels, systemd's socket), auth (the bearer token check),
+routes (one handler per route), validation and fields (request bodies, which field each runtime honours),
+scheduler, metrics, prompts (chat templates), engines (base, cabi, litert with litert_model_type, genie),
+runtime_cli (the runtimes' programs, for the controller), toolcalls (with toolcalls_render and
+toolcalls_stream: tool calls in each Genie model family's prompt format), answer_check and schema_check
+(an answer judged against tool_choice, the declared tools and response_format).
 
 Standard library only, on purpose: a QLI image has no pip, and this package needs nothing on the board
 but python3 and the modules its recipe's RDEPENDS name. A server framework from meta-python (aiohttp,
