@@ -216,17 +216,22 @@ CITY = {"type": "object", "properties": {"name": {"type": "string"}, "population
         "required": ["name", "population", "kind"], "additionalProperties": False}
 
 
+def json_answer(c, ask, rf, stream: bool) -> tuple[str, str]:
+    """(content, finish_reason) of one response_format request, streamed or whole."""
+    if stream:
+        text, _, finish, _ = streamed(c, messages=ask, response_format=rf)
+        return text, finish
+    out = c.chat.completions.create(model=MODEL, messages=ask, response_format=rf)
+    return out.choices[0].message.content, out.choices[0].finish_reason
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_json_object_and_json_schema_answers_are_json(start_board, stream):
     c = client(board_for(start_board))
     ask = [{"role": "user", "content": "Describe the capital city of France."}]
     fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY, "strict": True}}
     for rf in ({"type": "json_object"}, fmt):
-        if stream:
-            text, calls, finish, _ = streamed(c, messages=ask, response_format=rf)
-        else:
-            out = c.chat.completions.create(model=MODEL, messages=ask, response_format=rf)
-            text, finish = out.choices[0].message.content, out.choices[0].finish_reason
+        text, finish = json_answer(c, ask, rf, stream)
         value = json.loads(text)
         assert isinstance(value, dict) and finish == "stop"
         if rf is fmt:
@@ -300,11 +305,7 @@ def test_fenced_json_reaches_the_client_as_the_json_that_was_judged(start_board,
     ask = [{"role": "user", "content": "Describe the capital city of France, fenced."}]
     fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY, "strict": True}}
     for rf in ({"type": "json_object"}, fmt):
-        if stream:
-            text, _, finish, _ = streamed(c, messages=ask, response_format=rf)
-        else:
-            out = c.chat.completions.create(model=MODEL, messages=ask, response_format=rf)
-            text, finish = out.choices[0].message.content, out.choices[0].finish_reason
+        text, finish = json_answer(c, ask, rf, stream)
         assert "```" not in text and isinstance(json.loads(text), dict) and finish == "stop"
 
 

@@ -56,24 +56,17 @@ def unsupported(schema: Any, where: str = "schema", root: Any = None) -> tuple[s
             kinds = value if isinstance(value, list) else [value]
             if not kinds or any(k not in TYPES for k in kinds):
                 return f"{where}.type", f"must be one of {', '.join(TYPES)} (or a list of them)"
-        elif key == "properties":
+        elif key in ("properties", "$defs"):
             if not isinstance(value, dict):
-                return f"{where}.properties", "must be an object of schemas"
+                return f"{where}.{key}", "must be an object of schemas"
             for name, sub in value.items():
-                found = unsupported(sub, f"{where}.properties.{name}", root)
+                found = unsupported(sub, f"{where}.{key}.{name}", root)
                 if found:
                     return found
         elif key in ("items", "additionalProperties"):
             found = unsupported(value, f"{where}.{key}", root)
             if found:
                 return found
-        elif key == "$defs":
-            if not isinstance(value, dict):
-                return f"{where}.$defs", "must be an object of schemas"
-            for name, sub in value.items():
-                found = unsupported(sub, f"{where}.$defs.{name}", root)
-                if found:
-                    return found
         elif key == "anyOf":
             if not isinstance(value, list) or not value:
                 return f"{where}.anyOf", "must be a non-empty list of schemas"
